@@ -1,0 +1,57 @@
+# Configuration checks and the small helpers the rules call for inputs and params.
+import sys
+from pathlib import Path
+
+from snakemake.utils import validate
+
+# The stage logic is a package beside the scripts; `make` installs it, this covers a bare checkout.
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
+
+from qwen3_pilot.config import check_config, config_digest
+from qwen3_pilot.pins import installed_version, read_pins
+
+
+validate(config, schema="../config/schema/config.schema.yaml")
+check_config(config)
+
+BACKEND = config["backend"]
+PINS_FILE = f"envs/{BACKEND}.txt"
+PINS = read_pins(Path(workflow.basedir) / PINS_FILE)
+# Library caches live under the project (HF_HOME, inductor, torchelastic temp files), not in ~/.cache.
+CACHE_ROOT = ".cache"
+USES_FIXTURE = config["weights"]["source"] == "fixture"
+
+
+def get_pin(wildcards):
+    return PINS[wildcards.package].specifier
+
+
+def get_installed(wildcards):
+    return installed_version(wildcards.package)
+
+
+def pin_stamps(*packages):
+    """The per-package stamps a stage depends on: a bump of any other pin leaves the stage cached."""
+    missing = [p for p in packages if p not in PINS]
+    if missing:
+        raise ValueError(f"{PINS_FILE}: no pin for {', '.join(missing)}")
+    return [f"results/pin_env/packages/{p}.json" for p in packages]
+
+
+def get_corpus_source():
+    return [config["data"]["path"]] if config["data"]["path"] else []
+
+
+def get_weights_source():
+    return ["results/fixture_checkpoint/summary.json"] if USES_FIXTURE else []
+
+
+def get_weights_cache():
+    if USES_FIXTURE:
+        return "results/fixture_checkpoint/fixture/hub_cache"
+    return f"{CACHE_ROOT}/huggingface/hub"
+
+
+def get_backend_config():
+    """The keys a backend is built from; rules pass only these, so other config edits leave them cached."""
+    return {key: config[key] for key in ("backend", "ranks", "neuron")}

@@ -1,0 +1,59 @@
+# Stages fetch_corpus and fetch_weights, and on the cpu backend the fixture checkpoint that stands in
+# for the published weights.
+
+
+# The training corpus: c4_test downloaded at a pinned commit, or the local file in data.path.
+rule fetch_corpus:
+    input:
+        get_corpus_source(),
+    output:
+        corpus=directory("results/fetch_corpus/c4_test"),
+        summary="results/fetch_corpus/summary.json",
+    log:
+        "logs/fetch_corpus/fetch_corpus.log",
+    params:
+        data=config["data"],
+        backend=BACKEND,
+    script:
+        "../workflow/scripts/fetch_corpus.py"
+
+
+# cpu backend: a tokenizer trained on the corpus and a tiny Qwen3 briefly pretrained on it, published
+# into an offline hub cache. No pin stamps as inputs: like weights on the hub, it is remade only when
+# its own config or the corpus changes, so a package bump does not cascade through every stage.
+rule fixture_checkpoint:
+    input:
+        corpus="results/fetch_corpus/c4_test",
+    output:
+        fixture=directory("results/fixture_checkpoint/fixture"),
+        summary="results/fixture_checkpoint/summary.json",
+    log:
+        "logs/fixture_checkpoint/fixture_checkpoint.log",
+    params:
+        fixture=config["fixture"],
+        repo_id=config["weights"]["repo_id"],
+        revision=config["weights"]["revision"],
+        backend=BACKEND,
+    threads: workflow.cores
+    script:
+        "../workflow/scripts/fixture_checkpoint.py"
+
+
+# The checkpoint both recipes start from, through huggingface_hub, checked file by file.
+rule fetch_weights:
+    input:
+        pin_stamps("huggingface-hub", "safetensors"),
+        get_weights_source(),
+    output:
+        checkpoint=directory("results/fetch_weights/checkpoint"),
+        manifest="results/fetch_weights/manifest.json",
+        summary="results/fetch_weights/summary.json",
+    log:
+        "logs/fetch_weights/fetch_weights.log",
+    params:
+        weights=config["weights"],
+        cache_dir=get_weights_cache(),
+        offline=USES_FIXTURE,
+        backend=BACKEND,
+    script:
+        "../workflow/scripts/fetch_weights.py"

@@ -1,0 +1,34 @@
+# Stage pin_env: the installed versions against envs/<backend>.txt.
+
+
+# One stamp per pinned package. Its params hold only that package's pin and installed version, so
+# bumping one pin re-runs this rule for that package alone, and only the stages that use its stamp.
+rule pin_package:
+    output:
+        "results/pin_env/packages/{package}.json",
+    log:
+        "logs/pin_env/{package}.log",
+    params:
+        pinned=get_pin,
+        installed=get_installed,
+    wildcard_constraints:
+        package="[a-z0-9._-]+",
+    script:
+        "../workflow/scripts/pin_package.py"
+
+
+# The whole environment for the report: every pin, Python, the platform and, on neuron, the driver,
+# runtime and compiler versions.
+rule pin_env:
+    input:
+        stamps=expand("results/pin_env/packages/{package}.json", package=sorted(PINS)),
+    output:
+        summary="results/pin_env/summary.json",
+    log:
+        "logs/pin_env/summary.log",
+    params:
+        backend=get_backend_config(),
+        pins_file=PINS_FILE,
+        cache_root=CACHE_ROOT,
+    script:
+        "../workflow/scripts/pin_env.py"

@@ -1,0 +1,20 @@
+# Stage verify_ranks: the configured ranks launched for real, plus the 64-rank FSDP plan of the real
+# Qwen3-4B validated offline with torchtitan's fake process group.
+
+
+rule verify_ranks:
+    input:
+        pin_stamps("torch", "torchtitan"),
+    output:
+        ranks=directory("results/verify_ranks/ranks"),
+        plan="results/verify_ranks/plan.json",
+        summary="results/verify_ranks/summary.json",
+    log:
+        "logs/verify_ranks/verify_ranks.log",
+    params:
+        backend=get_backend_config(),
+        plan=config["plan"],
+        cache_root=CACHE_ROOT,
+    threads: workflow.cores
+    script:
+        "../workflow/scripts/verify_ranks.py"

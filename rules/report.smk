@@ -1,0 +1,21 @@
+# The audit trail: results/report.json and results/report.html, built from the stage summaries only.
+
+
+rule report:
+    input:
+        pin_env="results/pin_env/summary.json",
+        fetch_corpus="results/fetch_corpus/summary.json",
+        fixture_checkpoint=get_weights_source(),
+        fetch_weights="results/fetch_weights/summary.json",
+        verify_ranks="results/verify_ranks/summary.json",
+    output:
+        html=report("results/report.html", caption="../workflow/report/report.rst", category="Pilot"),
+        json="results/report.json",
+    log:
+        "logs/report/report.log",
+    params:
+        config=config,
+        config_digest=config_digest(config),
+        backend=BACKEND,
+    script:
+        "../workflow/scripts/report.py"

@@ -1,0 +1,15 @@
+from pathlib import Path
+
+from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.weights import fetch_weights_stage
+
+with stage_log(snakemake.log[0]):
+    fetch_weights_stage(
+        weights=snakemake.params.weights,
+        cache_dir=Path(snakemake.params.cache_dir),
+        offline=snakemake.params.offline,
+        backend=snakemake.params.backend,
+        out_dir=Path(snakemake.output.checkpoint),
+        manifest_path=Path(snakemake.output.manifest),
+        summary_path=Path(snakemake.output.summary),
+    )

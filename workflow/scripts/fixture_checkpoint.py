@@ -1,0 +1,16 @@
+from pathlib import Path
+
+from qwen3_pilot.fixture import fixture_checkpoint_stage
+from qwen3_pilot.stagelog import stage_log
+
+with stage_log(snakemake.log[0]):
+    fixture_checkpoint_stage(
+        corpus_dir=Path(snakemake.input.corpus),
+        fixture=snakemake.params.fixture,
+        repo_id=snakemake.params.repo_id,
+        revision=snakemake.params.revision,
+        backend=snakemake.params.backend,
+        threads=snakemake.threads,
+        out_dir=Path(snakemake.output.fixture),
+        summary_path=Path(snakemake.output.summary),
+    )

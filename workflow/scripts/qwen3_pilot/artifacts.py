@@ -1,0 +1,105 @@
+"""Atomic writes and checksums: nothing half-written is ever taken for a finished artifact."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def git_blob_sha1(path: Path) -> str:
+    """The hash `git hash-object` prints: sha1 over a "blob <size>\\0" header and the bytes."""
+    digest = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_checksum(path: Path, expected: str) -> str:
+    """Checks a file against a 64-hex sha256 or a 40-hex git blob sha1 (the hub's two etag kinds)."""
+    expected = expected.strip().lower()
+    if len(expected) == 64:
+        kind, actual = "sha256", sha256_file(path)
+    elif len(expected) == 40:
+        kind, actual = "git blob sha1", git_blob_sha1(path)
+    else:
+        raise ValueError(f"{path}: expected checksum {expected!r} is neither a sha256 nor a git sha1")
+    if actual != expected:
+        raise ChecksumError(f"{path}: {kind} mismatch: expected {expected}, got {actual}")
+    return kind
+
+
+class ChecksumError(RuntimeError):
+    pass
+
+
+def describe_artifact(path: Path, root: Path | None = None) -> dict[str, Any]:
+    path = Path(path)
+    shown = os.path.relpath(path, root) if root else str(path)
+    return {"path": shown, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+
+
+def describe_tree(folder: Path, root: Path | None = None) -> list[dict[str, Any]]:
+    return [describe_artifact(p, root) for p in sorted(Path(folder).rglob("*")) if p.is_file()]
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """Writes JSON to a temp file beside `path`, then renames it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(payload, handle, indent=2, sort_keys=True, default=str)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def staging_dir(final: Path) -> Iterator[Path]:
+    """Yields an empty folder beside `final`; on success it replaces `final`, on error it is removed."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

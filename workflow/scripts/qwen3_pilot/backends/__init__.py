@@ -1,0 +1,55 @@
+"""One module per backend, each exposing `make_backend(config) -> Backend`.
+
+The stages only talk to the `Backend` interface; everything backend-specific (device, process group,
+launcher environment, topology, system versions) lives in that backend's module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+BACKENDS = ("cpu", "neuron")
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    device_type: str
+    dist_backend: str
+    expected_ranks: int
+    # Environment for every launched process (caches under the project, thread counts, runtime knobs).
+    launcher_env: dict[str, str]
+    # Why this machine can or cannot execute the backend; None means it can.
+    unavailable_reason: str | None
+    # Versions outside pip's view (driver, runtime, compiler), read by the backend itself.
+    system_versions: Callable[[], dict[str, Any]] = field(default=lambda: {})
+    # The device a rank uses, from its local rank.
+    device_for_local_rank: Callable[[int], str] = field(default=lambda local_rank: "cpu")
+
+    def torchrun_command(self, python: str, nproc: int, module: str, args: list[str]) -> list[str]:
+        return [
+            python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", module, *args,
+        ]
+
+
+def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
+    name = config["backend"]
+    if name not in BACKENDS:
+        raise ValueError(f"backend = {name!r}: allowed: {', '.join(BACKENDS)}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    return module.make_backend(config, cache_root)
+
+
+def cache_env(cache_root: str) -> dict[str, str]:
+    """Keeps every library cache under the project instead of ~/.cache and the system temp folder."""
+    return {
+        "HF_HOME": f"{cache_root}/huggingface",
+        "HF_DATASETS_CACHE": f"{cache_root}/huggingface/datasets",
+        "TORCHINDUCTOR_CACHE_DIR": f"{cache_root}/torchinductor",
+        "TRITON_CACHE_DIR": f"{cache_root}/triton",
+        "TMPDIR": f"{cache_root}/tmp",
+        "MPLCONFIGDIR": f"{cache_root}/matplotlib",
+    }

@@ -1,0 +1,76 @@
+"""Checks on the configuration that a JSON schema cannot express, run at parse time after `validate()`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+NKI_ROPE_TILE = 128  # the NKI RoPE kernel tiles the sequence in blocks of 128 x LNC
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def expected_neuron_ranks(neuron: dict[str, Any]) -> int:
+    return neuron["chips"] * neuron["cores_per_chip"] // neuron["lnc"]
+
+
+def config_problems(config: dict[str, Any]) -> list[str]:
+    """Every cross-key rule the config breaks, each naming the key, the value and what is allowed."""
+    problems = []
+    neuron, training = config["neuron"], config["training"]
+    lnc = neuron["lnc"]
+
+    seq_len = training["seq_len"]
+    if seq_len % (NKI_ROPE_TILE * lnc):
+        problems.append(
+            f"training.seq_len = {seq_len}: must be a multiple of {NKI_ROPE_TILE} x neuron.lnc "
+            f"= {NKI_ROPE_TILE * lnc} (the NKI RoPE kernel's tile)"
+        )
+
+    if (neuron["cores_per_chip"] % lnc) != 0:
+        problems.append(
+            f"neuron.cores_per_chip = {neuron['cores_per_chip']}: must be divisible by neuron.lnc = {lnc}"
+        )
+    elif config["backend"] == "neuron" and config["ranks"] != expected_neuron_ranks(neuron):
+        problems.append(
+            f"ranks = {config['ranks']}: on the neuron backend it must equal chips x cores_per_chip / lnc "
+            f"= {neuron['chips']} x {neuron['cores_per_chip']} / {lnc} = {expected_neuron_ranks(neuron)}"
+        )
+
+    per_step = training["local_batch_size"] * config["ranks"]
+    if training["global_batch_size"] % per_step:
+        problems.append(
+            f"training.global_batch_size = {training['global_batch_size']}: must be a multiple of "
+            f"training.local_batch_size x ranks = {training['local_batch_size']} x {config['ranks']} = {per_step}"
+        )
+
+    fixture = config["fixture"]
+    if fixture["num_attention_heads"] % fixture["num_key_value_heads"]:
+        problems.append(
+            f"fixture.num_key_value_heads = {fixture['num_key_value_heads']}: must divide "
+            f"fixture.num_attention_heads = {fixture['num_attention_heads']} (grouped-query attention)"
+        )
+    if config["backend"] == "neuron" and config["weights"]["source"] == "fixture":
+        problems.append(
+            "weights.source = 'fixture': the neuron backend trains the published weights; allowed: 'hub'"
+        )
+    return problems
+
+
+def check_config(config: dict[str, Any]) -> None:
+    problems = config_problems(config)
+    if problems:
+        raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
+def is_pinned_revision(revision: str) -> bool:
+    """A 40-hex commit pins the download; a branch or tag name can move under the same config."""
+    return re.fullmatch(r"[0-9a-f]{40}", revision) is not None
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()

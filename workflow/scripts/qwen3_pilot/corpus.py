@@ -1,0 +1,118 @@
+"""Stage `fetch_corpus`: c4_test from the torchtitan repository at a pinned commit (verified by its git
+blob sha1), or a local file for offline machines. Written as `<out>/data.json`, JSON lines with a
+"text" field: the folder torchtitan's `c4_test` loader (`load_dataset(path, split="train")`) reads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .artifacts import ChecksumError, git_blob_sha1, sha256_file, staging_dir
+
+CORPUS_FILE = "data.json"
+
+
+class CorpusError(ValueError):
+    pass
+
+
+def download(url: str, dest: Path, expected_git_sha1: str, timeout: float = 120) -> None:
+    """Downloads `url` to `dest` (any scheme urllib knows, file:// included) and checks its blob hash."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(dest, "wb") as out:
+            shutil.copyfileobj(response, out)
+    except OSError as error:
+        raise CorpusError(
+            f"download of {url} failed ({error}); on an offline machine set data.path to a local corpus "
+            f"(see config/offline.yaml)"
+        ) from error
+    actual = git_blob_sha1(dest)
+    if actual != expected_git_sha1:
+        raise ChecksumError(
+            f"{url}: git blob sha1 mismatch: expected {expected_git_sha1} (data.git_blob_sha1), got {actual}"
+        )
+
+
+def read_documents(path: Path, min_chars: int) -> tuple[list[str], str]:
+    """Documents from JSON lines with "text", or from plain text split on blank lines."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"data.path = {str(path)!r}: no such file")
+    raw = path.read_text(encoding="utf-8", errors="strict")
+    first = next((line for line in raw.splitlines() if line.strip()), "")
+    if first.lstrip().startswith("{"):
+        docs = []
+        for number, line in enumerate(raw.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                text = json.loads(line)["text"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise CorpusError(
+                    f"{path}:{number}: expected a JSON object with a \"text\" string on every line"
+                ) from None
+            if not isinstance(text, str):
+                raise CorpusError(f"{path}:{number}: \"text\" must be a string, got {type(text).__name__}")
+            docs.append(text)
+        kind = "jsonl"
+    else:
+        docs = raw.split("\n\n")
+        kind = "plain text split on blank lines"
+    docs = [d.strip() for d in docs if len(d.strip()) >= min_chars]
+    if not docs:
+        raise CorpusError(f"{path}: no document of at least {min_chars} characters (data.min_chars)")
+    return docs, kind
+
+
+def fetch_corpus(data: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """Writes the corpus folder atomically and returns its figures."""
+    with staging_dir(out_dir) as tmp:
+        target = tmp / CORPUS_FILE
+        if data["path"] is None:
+            download(data["url"], target, data["git_blob_sha1"])
+            docs, _ = read_documents(target, 1)
+            figures = {"source": data["url"], "kind": "c4_test download", "git_blob_sha1": data["git_blob_sha1"]}
+        else:
+            docs, kind = read_documents(Path(data["path"]), data["min_chars"])
+            with open(target, "w", encoding="utf-8") as out:
+                for doc in docs:
+                    out.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
+            figures = {
+                "source": str(data["path"]),
+                "kind": f"local file ({kind})",
+                "source_sha256": sha256_file(Path(data["path"])),
+            }
+        figures.update(
+            documents=len(docs),
+            characters=sum(len(d) for d in docs),
+            bytes=target.stat().st_size,
+        )
+    return figures
+
+
+def fetch_corpus_stage(data: dict[str, Any], backend: str, out_dir: Path, summary_path: Path) -> dict[str, Any]:
+    from .summary import StageSummary
+
+    figures = fetch_corpus(data, out_dir)
+    summary = StageSummary(
+        stage="fetch_corpus",
+        status="pass",
+        backend=backend,
+        figures=figures,
+        proves=(
+            "The downloaded c4_test has the git blob sha1 of torchtitan's tests/assets/c4_test/data.json."
+            if data["path"] is None
+            else "The local corpus file was read, split into documents and written in the format torchtitan's "
+            "c4_test loader reads; its sha256 is recorded."
+        ),
+        does_not_prove=(
+            "Anything about the corpus's quality or licence; "
+            + ("that it is c4_test: it is the offline stand-in named in data.path." if data["path"] else
+               "that the pinned commit is the one the seed recipe used.")
+        ),
+    )
+    summary.add_artifacts([out_dir / CORPUS_FILE])
+    return summary.write(summary_path)

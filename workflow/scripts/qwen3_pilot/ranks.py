@@ -1,0 +1,131 @@
+"""Stage `verify_ranks`: launch the configured ranks with torchrun, check each one, and validate the
+64-rank plan offline with torchtitan's fake process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .backends import Backend
+
+
+class RankCheckError(RuntimeError):
+    pass
+
+
+def expected_collectives(world_size: int) -> dict[str, Any]:
+    return {"all_reduce_sum": world_size * (world_size + 1) / 2, "all_gather": list(range(world_size))}
+
+
+def check_rank_records(records: list[dict[str, Any]], expected_world: int, device_type: str) -> list[str]:
+    """Every way the launched ranks differ from what `expected_world` ranks should report."""
+    problems = []
+    expected = expected_collectives(expected_world)
+    seen = sorted(r["rank"] for r in records)
+    missing = sorted(set(range(expected_world)) - set(seen))
+    extra = sorted(set(seen) - set(range(expected_world)))
+    duplicated = sorted({r for r in seen if seen.count(r) > 1})
+    if missing:
+        problems.append(f"missing ranks {missing} (expected ranks 0..{expected_world - 1})")
+    if extra:
+        problems.append(f"unexpected ranks {extra} (expected ranks 0..{expected_world - 1})")
+    if duplicated:
+        problems.append(f"ranks reported twice: {duplicated}")
+    for record in sorted(records, key=lambda r: r["rank"]):
+        rank = record["rank"]
+        if record["world_size"] != expected_world:
+            problems.append(f"rank {rank}: world size {record['world_size']}, expected {expected_world}")
+        if not record["device"].startswith(device_type):
+            problems.append(f"rank {rank}: device {record['device']}, expected a {device_type} device")
+        for key, want in expected.items():
+            if record[key] != want:
+                problems.append(f"rank {rank}: {key} = {record[key]}, expected {want}")
+    return problems
+
+
+def launch_ranks(
+    backend: Backend, nproc: int, out_dir: Path, log_path: Path, python: str = sys.executable
+) -> tuple[int, list[dict[str, Any]]]:
+    """Runs the rank worker under torchrun; returns torchrun's exit code and the records written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("rank-*.json"):
+        stale.unlink()
+    env = {**os.environ, **backend.launcher_env}
+    Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    command = backend.torchrun_command(
+        python, nproc, "qwen3_pilot.rank_worker",
+        ["--out", str(out_dir), "--dist-backend", backend.dist_backend, "--device-type", backend.device_type],
+    )
+    with open(log_path, "a") as log:
+        log.write("$ " + " ".join(command) + "\n")
+        log.flush()
+        returncode = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    records = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank-*.json"))]
+    return returncode, records
+
+
+def verify_ranks(
+    backend: Backend, out_dir: Path, log_path: Path, *, nproc: int | None = None
+) -> dict[str, Any]:
+    """Launches `nproc` ranks (default: the backend's expected count) and checks them all.
+
+    `nproc` differs from the expected count only in tests, to show that a missing rank is caught.
+    """
+    if backend.unavailable_reason:
+        raise RankCheckError(f"{backend.name} backend cannot run here: {backend.unavailable_reason}")
+    nproc = backend.expected_ranks if nproc is None else nproc
+    returncode, records = launch_ranks(backend, nproc, out_dir, log_path)
+    problems = check_rank_records(records, backend.expected_ranks, backend.device_type)
+    if returncode != 0:
+        problems.insert(0, f"torchrun exited with code {returncode} (see {log_path})")
+    if problems:
+        raise RankCheckError(
+            f"verify_ranks on the {backend.name} backend failed:\n  - " + "\n  - ".join(problems)
+        )
+    return {
+        "expected_ranks": backend.expected_ranks,
+        "ranks_seen": len(records),
+        "dist_backend": records[0]["dist_backend"],
+        "devices": sorted({r["device"] for r in records}),
+        "hosts": sorted({r["host"] for r in records}),
+        "all_reduce_sum": records[0]["all_reduce_sum"],
+    }
+
+
+def verify_ranks_stage(
+    *, backend_config: dict[str, Any], plan: dict[str, Any], cache_root: str,
+    ranks_dir: Path, plan_path: Path, summary_path: Path, log_path: Path,
+) -> dict[str, Any]:
+    from .backends import make_backend
+    from .rank_plan import run_plan_subprocess
+    from .summary import StageSummary
+
+    backend = make_backend(backend_config, str(Path(cache_root).resolve()))
+    live = verify_ranks(backend, ranks_dir, log_path)
+    fsdp_plan = run_plan_subprocess(
+        flavor=plan["flavor"], world_size=plan["world_size"], hbm_per_rank_gib=plan["hbm_per_rank_gib"],
+        out_path=plan_path,
+    )
+    summary = StageSummary(
+        stage="verify_ranks",
+        status="pass",
+        backend=backend.name,
+        figures={"live": live, "plan": fsdp_plan},
+        proves=(
+            f"{live['ranks_seen']} ranks joined one {live['dist_backend']} process group with the expected "
+            f"rank numbers and world size, and an all-reduce and an all-gather returned the known results on "
+            f"every rank. The {plan['world_size']}-way FSDP plan of the real Qwen3-{plan['flavor']} architecture "
+            "(torchtitan fake process group) fits the per-rank HBM budget for parameters, gradients and AdamW state."
+        ),
+        does_not_prove=(
+            ("These were gloo ranks on one CPU machine, not the 64 NeuronCores of a trn2. " if backend.name == "cpu" else "")
+            + "The plan counts static memory only: activations, compiler workspace and communication buffers "
+            "are not in it, and the fake process group moves no data."
+        ),
+    )
+    summary.add_artifacts(sorted(ranks_dir.glob("rank-*.json")) + [plan_path])
+    return summary.write(summary_path)

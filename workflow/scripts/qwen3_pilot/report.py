@@ -1,0 +1,115 @@
+"""The report: results/report.json and results/report.html, built from the stage summaries only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .artifacts import write_json, write_text
+from .summary import now_iso
+
+# The pilot in its order. A stage with no summary among the inputs appears as not_run, with the reason.
+STAGES: tuple[tuple[str, str], ...] = (
+    ("pin_env", "Pin and verify the environment"),
+    ("fetch_corpus", "Fetch the corpus"),
+    ("fixture_checkpoint", "Publish the fixture checkpoint (cpu backend)"),
+    ("fetch_weights", "Fetch the Qwen3-4B weights"),
+    ("verify_ranks", "Verify the ranks and the 64-rank plan"),
+    ("train_hf", "Train the Transformers-backend 4B recipe (10 steps)"),
+    ("train_native", "Train the native torchtitan 4B recipe (10 steps)"),
+    ("export_reload", "Export to Hugging Face safetensors and reload"),
+    ("kernel_numerics", "Kernel numerics: RoPE and MoE against PyTorch"),
+    ("moe_reduced", "Train the reduced MoE (4 layers, 64 experts, top-4)"),
+    ("benchmark", "Warm-up and steady-state benchmarks"),
+)
+NOT_BUILT = "not built yet: this version of the workflow has no rule for this stage"
+
+
+def git_provenance(folder: Path) -> dict[str, Any]:
+    def git(*args: str) -> str | None:
+        try:
+            result = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit or "unknown (not a git checkout)", "dirty": bool(dirty)}
+
+
+def not_run(stage: str, title: str, backend: str, reason: str) -> dict[str, Any]:
+    return {
+        "stage": stage, "title": title, "status": "not_run", "backend": backend, "figures": {},
+        "proves": "Nothing: the stage did not run.", "does_not_prove": "Anything.", "artifacts": [],
+        "notes": [reason], "started": "", "ended": "",
+    }
+
+
+def collect_stages(summaries: dict[str, Path], backend: str, skipped: dict[str, str]) -> list[dict[str, Any]]:
+    stages = []
+    for stage, title in STAGES:
+        if stage in summaries:
+            entry = json.loads(Path(summaries[stage]).read_text())
+            if entry["stage"] != stage:
+                raise ValueError(f"{summaries[stage]}: holds stage {entry['stage']!r}, expected {stage!r}")
+            stages.append({"title": title, **entry})
+        else:
+            stages.append(not_run(stage, title, backend, skipped.get(stage, NOT_BUILT)))
+    return stages
+
+
+def overall_status(stages: list[dict[str, Any]], optional: set[str]) -> str:
+    statuses = {s["status"] for s in stages if s["stage"] not in optional or s["status"] != "not_run"}
+    if "fail" in statuses:
+        return "fail"
+    return "incomplete" if "not_run" in statuses else "pass"
+
+
+def build_report(
+    *,
+    summaries: dict[str, Path],
+    config: dict[str, Any],
+    config_digest: str,
+    workflow_dir: Path,
+    html_path: Path,
+    json_path: Path,
+) -> dict[str, Any]:
+    backend = config["backend"]
+    skipped = {}
+    if config["weights"]["source"] != "fixture":
+        skipped["fixture_checkpoint"] = "not used: weights.source is 'hub', the published weights are fetched"
+    stages = collect_stages(summaries, backend, skipped)
+    started = min((s["started"] for s in stages if s["started"]), default="")
+    pin_env = next((s for s in stages if s["stage"] == "pin_env" and s["status"] == "pass"), None)
+    report = {
+        "title": "Qwen3 on AWS Trainium: pilot audit trail",
+        "status": overall_status(stages, optional=set(skipped)),
+        "backend": backend,
+        "provenance": {
+            **git_provenance(workflow_dir),
+            "config_digest": config_digest,
+            "started": started,
+            "ended": now_iso(),
+        },
+        "environment": pin_env["figures"] if pin_env else {},
+        "config": config,
+        "stages": stages,
+    }
+    write_json(json_path, report)
+    write_text(html_path, render_html(report))
+    return report
+
+
+def render_html(report: dict[str, Any]) -> str:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("qwen3_pilot", "templates"),
+        autoescape=True,  # every value written into the page is escaped
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["compact"] = lambda value: value if isinstance(value, str) else json.dumps(value, default=str)
+    return env.get_template("report.html.j2").render(report=report)

@@ -1,0 +1,15 @@
+from pathlib import Path
+
+from qwen3_pilot.ranks import verify_ranks_stage
+from qwen3_pilot.stagelog import stage_log
+
+with stage_log(snakemake.log[0]):
+    verify_ranks_stage(
+        backend_config=snakemake.params.backend,
+        plan=snakemake.params.plan,
+        cache_root=snakemake.params.cache_root,
+        ranks_dir=Path(snakemake.output.ranks),
+        plan_path=Path(snakemake.output.plan),
+        summary_path=Path(snakemake.output.summary),
+        log_path=Path(snakemake.log[0]),
+    )
