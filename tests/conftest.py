@@ -1,0 +1,62 @@
+"""Shared helpers: a copy of the workflow in a temp folder, and Snakemake run inside it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+PROJECT = Path(__file__).resolve().parents[1]
+SHARED_CORPUS = PROJECT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "workflow")
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def make_workspace(root: Path, overlay: dict | None = None) -> Path:
+    """Copies the workflow (not its results) into `root`; `overlay` is written as config/test.yaml."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_FILES:
+        source = PROJECT / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, root / name)
+    if overlay is not None:
+        (root / "config" / "test.yaml").write_text(yaml.safe_dump(overlay))
+    return root
+
+
+def run_snakemake(workspace: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
+    extra = ["--configfile", "config/test.yaml"] if (workspace / "config" / "test.yaml").exists() else []
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(
+        [SNAKEMAKE, *args, *extra], cwd=workspace, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
+    """The 'Job stats' table of a dry run as {rule: count}; empty when there is nothing to do."""
+    jobs: dict[str, int] = {}
+    lines = result.stdout.splitlines() + result.stderr.splitlines()
+    if "Job stats:" not in lines:
+        return jobs
+    for line in lines[lines.index("Job stats:") + 3:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+@pytest.fixture
+def workspace(tmp_path: Path):
+    return lambda overlay=None: make_workspace(tmp_path / "ws", overlay)
+
+
+def output(result: subprocess.CompletedProcess) -> str:
+    return result.stdout + result.stderr

@@ -1,0 +1,100 @@
+"""Bad configuration stops the run at parse time, before any job starts, with the key and value named."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from conftest import PROJECT, output, planned_jobs, run_snakemake
+from snakemake.utils import validate
+
+from qwen3_pilot.config import ConfigError, check_config, config_problems, is_pinned_revision
+
+SCHEMA = PROJECT / "config" / "schema" / "config.schema.yaml"
+
+
+def validated(overlay: dict) -> dict:
+    config = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
+    for key, value in overlay.items():
+        if isinstance(value, dict):
+            config.setdefault(key, {}).update(value)
+        else:
+            config[key] = value
+    validate(config, str(SCHEMA))
+    return config
+
+
+@pytest.mark.parametrize(
+    "overlay, expected",
+    [
+        ({"trainning": {"steps": 10}}, ["'trainning' was unexpected"]),
+        ({"training": {"stepz": 10}}, ["'stepz' was unexpected", "training"]),
+        ({"training": {"steps": "ten"}}, ["'ten' is not of type 'integer'", "steps"]),
+        ({"ranks": 0}, ["0 is less than the minimum of 1", "ranks"]),
+        ({"training": {"steps": 0}}, ["0 is less than the minimum of 1", "steps"]),
+        ({"backend": "tpu"}, ["'tpu' is not one of ['cpu', 'neuron']"]),
+        ({"weights": {"repo_id": "no-slash"}}, ["'no-slash' does not match", "repo_id"]),
+    ],
+)
+def test_schema_errors_stop_the_run_before_any_job(workspace, overlay, expected):
+    ws = workspace(overlay)
+    result = run_snakemake(ws, "-n")
+    assert result.returncode != 0
+    for fragment in expected:
+        assert fragment in output(result), output(result)
+    assert planned_jobs(result) == {}
+    assert not (ws / "results").exists()
+
+
+def test_seq_len_the_rope_kernel_cannot_take_stops_the_run(workspace):
+    ws = workspace({"training": {"seq_len": 384}})
+    result = run_snakemake(ws, "-n")
+    assert result.returncode != 0
+    assert "training.seq_len = 384: must be a multiple of 128 x neuron.lnc = 256" in output(result)
+    assert not (ws / "results").exists()
+
+
+def test_defaults_fill_in_and_the_default_config_passes():
+    config = validated({})
+    assert config["neuron"]["lnc"] == 2 and config["fixture"]["head_dim"] == 64
+    assert config_problems(config) == []
+
+
+def test_trn2_config_is_valid_and_has_the_pilot_values():
+    config = yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text())
+    validate(config, str(SCHEMA))
+    check_config(config)
+    assert (config["backend"], config["ranks"], config["neuron"]["lnc"]) == ("neuron", 64, 2)
+    assert config["weights"]["repo_id"] == "Qwen/Qwen3-4B-Instruct-2507"
+    assert (config["training"]["local_batch_size"], config["training"]["global_batch_size"]) == (1, 64)
+    assert config["training"]["steps"] == 10 and config["data"]["dataset"] == "c4_test"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c.update(backend="neuron", ranks=32, weights={**c["weights"], "source": "hub"}),
+         "ranks = 32: on the neuron backend it must equal chips x cores_per_chip / lnc = 16 x 8 / 2 = 64"),
+        (lambda c: c["training"].update(global_batch_size=3),
+         "training.global_batch_size = 3: must be a multiple of training.local_batch_size x ranks = 1 x 2 = 2"),
+        (lambda c: c["fixture"].update(num_key_value_heads=3),
+         "fixture.num_key_value_heads = 3: must divide fixture.num_attention_heads = 4"),
+        (lambda c: c["neuron"].update(lnc=1) or c["training"].update(seq_len=200),
+         "training.seq_len = 200: must be a multiple of 128 x neuron.lnc = 128"),
+        (lambda c: c.update(backend="neuron", ranks=64),
+         "weights.source = 'fixture': the neuron backend trains the published weights"),
+    ],
+)
+def test_cross_key_rules_name_key_value_and_what_is_allowed(change, message):
+    config = copy.deepcopy(validated({}))
+    change(config)
+    with pytest.raises(ConfigError) as raised:
+        check_config(config)
+    assert message in str(raised.value)
+
+
+def test_only_a_commit_hash_counts_as_pinned():
+    assert is_pinned_revision("0123456789abcdef0123456789abcdef01234567")
+    assert not is_pinned_revision("main")
+    assert not is_pinned_revision("v1.0")

@@ -1,0 +1,86 @@
+"""fetch_corpus: the download path (over file:// here) with its blob-hash check, and local corpora."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from conftest import SHARED_CORPUS
+
+from qwen3_pilot.artifacts import ChecksumError, git_blob_sha1
+from qwen3_pilot.corpus import CORPUS_FILE, CorpusError, fetch_corpus, read_documents
+
+DOCS = [{"text": f"document number {i} " * 5} for i in range(3)]
+
+
+def data_config(**overrides):
+    return {"path": None, "url": "", "git_blob_sha1": "0" * 40, "min_chars": 8, **overrides}
+
+
+@pytest.fixture
+def c4_like(tmp_path):
+    path = tmp_path / "mirror" / "data.json"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    return path
+
+
+def test_git_blob_sha1_is_what_git_computes(c4_like):
+    expected = subprocess.run(["git", "hash-object", str(c4_like)], capture_output=True, text=True, check=True)
+    assert git_blob_sha1(c4_like) == expected.stdout.strip()
+
+
+def test_download_is_verified_and_written_for_torchtitans_loader(tmp_path, c4_like):
+    out = tmp_path / "corpus"
+    figures = fetch_corpus(data_config(url=c4_like.as_uri(), git_blob_sha1=git_blob_sha1(c4_like)), out)
+    assert figures["documents"] == 3
+    assert (out / CORPUS_FILE).read_bytes() == c4_like.read_bytes()
+
+
+def test_checksum_mismatch_fails_and_leaves_nothing(tmp_path, c4_like):
+    out = tmp_path / "corpus"
+    with pytest.raises(ChecksumError, match=r"git blob sha1 mismatch: expected 0{40} \(data.git_blob_sha1\)"):
+        fetch_corpus(data_config(url=c4_like.as_uri()), out)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [c4_like.parent]
+
+
+def test_unreachable_download_says_how_to_go_offline(tmp_path):
+    with pytest.raises(CorpusError, match="set data.path to a local corpus"):
+        fetch_corpus(data_config(url=(tmp_path / "absent.json").as_uri()), tmp_path / "corpus")
+
+
+def test_plain_text_is_split_on_blank_lines(tmp_path):
+    path = tmp_path / "plays.txt"
+    path.write_text("First speaker:\nhello there\n\nshort\n\nSecond speaker:\ngood day to you\n")
+    docs, kind = read_documents(path, min_chars=8)
+    assert docs == ["First speaker:\nhello there", "Second speaker:\ngood day to you"]
+    assert kind == "plain text split on blank lines"
+
+
+def test_the_shared_offline_corpus_reads(tmp_path):
+    figures = fetch_corpus(data_config(path=str(SHARED_CORPUS), min_chars=32), tmp_path / "corpus")
+    assert figures["documents"] > 1000
+    assert figures["source_sha256"] == "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"text": "ok document here"}\n{"txt": "no"}\n', r"corpus.jsonl:2: expected a JSON object"),
+        ('{"text": 5}\n', r'corpus.jsonl:1: "text" must be a string'),
+        ('{"text": "tiny"}\n', r"no document of at least 8 characters"),
+    ],
+)
+def test_bad_local_corpus_names_file_and_line(tmp_path, content, message):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(content)
+    with pytest.raises(CorpusError, match=message):
+        fetch_corpus(data_config(path=str(path)), tmp_path / "corpus")
+    assert not (tmp_path / "corpus").exists()
+
+
+def test_missing_local_corpus_names_the_key(tmp_path):
+    with pytest.raises(CorpusError, match=r"data.path = '.*nope.txt': no such file"):
+        fetch_corpus(data_config(path=str(tmp_path / "nope.txt")), tmp_path / "corpus")
