@@ -17,6 +17,8 @@ check_config(config)
 BACKEND = config["backend"]
 PINS_FILE = f"envs/{BACKEND}.txt"
 PINS = read_pins(Path(workflow.basedir) / PINS_FILE)
+# Used with --use-conda only; the same pins, so both setups run the same software.
+SOFTWARE_ENV = f"../envs/{BACKEND}.yaml"
 # Library caches live under the project (HF_HOME, inductor, torchelastic temp files), not in ~/.cache.
 CACHE_ROOT = ".cache"
 USES_FIXTURE = config["weights"]["source"] == "fixture"

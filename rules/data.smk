@@ -11,6 +11,8 @@ rule fetch_corpus:
         summary="results/fetch_corpus/summary.json",
     log:
         "logs/fetch_corpus/fetch_corpus.log",
+    conda:
+        SOFTWARE_ENV
     params:
         data=config["data"],
         backend=BACKEND,
@@ -29,12 +31,13 @@ rule fixture_checkpoint:
         summary="results/fixture_checkpoint/summary.json",
     log:
         "logs/fixture_checkpoint/fixture_checkpoint.log",
+    conda:
+        SOFTWARE_ENV
     params:
         fixture=config["fixture"],
         repo_id=config["weights"]["repo_id"],
         revision=config["weights"]["revision"],
         backend=BACKEND,
-    threads: workflow.cores
     script:
         "../workflow/scripts/fixture_checkpoint.py"
 
@@ -50,6 +53,8 @@ rule fetch_weights:
         summary="results/fetch_weights/summary.json",
     log:
         "logs/fetch_weights/fetch_weights.log",
+    conda:
+        SOFTWARE_ENV
     params:
         weights=config["weights"],
         cache_dir=get_weights_cache(),

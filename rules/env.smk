@@ -8,6 +8,8 @@ rule pin_package:
         "results/pin_env/packages/{package}.json",
     log:
         "logs/pin_env/{package}.log",
+    conda:
+        SOFTWARE_ENV
     params:
         pinned=get_pin,
         installed=get_installed,
@@ -26,6 +28,8 @@ rule pin_env:
         summary="results/pin_env/summary.json",
     log:
         "logs/pin_env/summary.log",
+    conda:
+        SOFTWARE_ENV
     params:
         backend=get_backend_config(),
         pins_file=PINS_FILE,

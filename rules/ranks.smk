@@ -11,6 +11,8 @@ rule verify_ranks:
         summary="results/verify_ranks/summary.json",
     log:
         "logs/verify_ranks/verify_ranks.log",
+    conda:
+        SOFTWARE_ENV
     params:
         backend=get_backend_config(),
         plan=config["plan"],

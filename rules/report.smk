@@ -13,6 +13,8 @@ rule report:
         json="results/report.json",
     log:
         "logs/report/report.log",
+    conda:
+        SOFTWARE_ENV
     params:
         config=config,
         config_digest=config_digest(config),

@@ -10,7 +10,6 @@ with stage_log(snakemake.log[0]):
         repo_id=snakemake.params.repo_id,
         revision=snakemake.params.revision,
         backend=snakemake.params.backend,
-        threads=snakemake.threads,
         out_dir=Path(snakemake.output.fixture),
         summary_path=Path(snakemake.output.summary),
     )
