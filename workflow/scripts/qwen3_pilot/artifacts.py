@@ -55,27 +55,12 @@ def describe_artifact(path: Path, root: Path | None = None) -> dict[str, Any]:
     return {"path": shown, "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def describe_tree(folder: Path, root: Path | None = None) -> list[dict[str, Any]]:
-    return [describe_artifact(p, root) for p in sorted(Path(folder).rglob("*")) if p.is_file()]
-
-
 def write_json(path: Path, payload: Any) -> None:
-    """Writes JSON to a temp file beside `path`, then renames it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True, default=str)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_text(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def write_text(path: Path, text: str) -> None:
+    """Writes to a temp file beside `path`, then renames it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -47,8 +47,8 @@ def read_system_versions(run: Callable[[list[str]], str] | None = None) -> dict[
     versions: dict[str, Any] = {}
     for package in NEURON_SYSTEM_PACKAGES:
         versions[package] = run(["dpkg-query", "-W", "-f=${Version}", package]) or "not found"
-    versions["neuronx-cc"] = (run(["neuronx-cc", "--version"]) or "not found").strip().splitlines()[-1:]
-    versions["neuronx-cc"] = versions["neuronx-cc"][0] if versions["neuronx-cc"] else "not found"
+    compiler = run(["neuronx-cc", "--version"]).strip().splitlines()
+    versions["neuronx-cc"] = compiler[-1] if compiler else "not found"
     neuron_ls = run(["neuron-ls", "--json-output"])
     try:
         devices = json.loads(neuron_ls) if neuron_ls else []
