@@ -394,13 +394,12 @@ def build_fixture(
     from huggingface_hub import snapshot_download
     from transformers import GenerationConfig, Qwen3ForCausalLM
 
+    from .artifacts import staging_dir
+
     t0 = time.perf_counter()
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    published = tmp / "published"
-    try:
+    # The cache's symlinks are relative, so they survive staging_dir's final rename.
+    with staging_dir(Path(out_dir)) as tmp:
+        published = tmp / "published"
         texts = read_corpus_texts(corpus_jsonl, limit_chars)
         tok = train_tokenizer(texts, vocab_size)
         if tok.get_vocab_size() > vocab_size:
@@ -486,14 +485,6 @@ def build_fixture(
 
         summary["seconds"] = round(time.perf_counter() - t0, 2)
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if out_dir.exists():
-            old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
-            os.replace(out_dir, old)
-            shutil.rmtree(old)
-        os.replace(tmp, out_dir)  # the cache's symlinks are relative, so they survive the move
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return summary
 
 
