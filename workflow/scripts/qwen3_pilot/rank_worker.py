@@ -42,6 +42,11 @@ def main() -> None:
             "all_reduce_sum": summed.item(),
             "all_gather": [int(t.item()) for t in gathered],
         }
+        if args.device_type == "cpu":
+            from .backends.cpu import measure_peak_flops
+
+            dist.barrier()  # all ranks measure at once, sharing the cores as they do in training
+            record["peak_flops"] = measure_peak_flops()
         write_json(args.out / f"rank-{rank}.json", record)
     finally:
         dist.destroy_process_group()

@@ -93,6 +93,10 @@ def verify_ranks(
         "devices": sorted({r["device"] for r in records}),
         "hosts": sorted({r["host"] for r in records}),
         "all_reduce_sum": records[0]["all_reduce_sum"],
+        # MFU's denominator for the training stages: the backend's published peak, or the slowest rank's
+        # measured one.
+        "peak_flops_per_rank": backend.peak_flops_per_rank or min(r["peak_flops"] for r in records),
+        "peak_flops_source": backend.peak_flops_source,
     }
 
 

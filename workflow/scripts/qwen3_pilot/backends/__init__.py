@@ -27,6 +27,10 @@ class Backend:
     system_versions: Callable[[], dict[str, Any]] = field(default=lambda: {})
     # The device a rank uses, from its local rank.
     device_for_local_rank: Callable[[int], str] = field(default=lambda local_rank: "cpu")
+    # Peak FLOPS per rank that MFU is measured against; None: measured on the ranks by verify_ranks.
+    peak_flops_per_rank: float | None = None
+    # Where that peak comes from, in words, for the report.
+    peak_flops_source: str = ""
 
     def torchrun_command(self, python: str, nproc: int, module: str, args: list[str]) -> list[str]:
         return [
@@ -35,12 +39,14 @@ class Backend:
         ]
 
 
-def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
-    name = config["backend"]
+def backend_module(name: str):
     if name not in BACKENDS:
         raise ValueError(f"backend = {name!r}: allowed: {', '.join(BACKENDS)}")
-    module = importlib.import_module(f"{__name__}.{name}")
-    return module.make_backend(config, cache_root)
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
+    return backend_module(config["backend"]).make_backend(config, cache_root)
 
 
 def cache_env(cache_root: str) -> dict[str, str]:

@@ -18,6 +18,13 @@ from . import Backend, cache_env
 # Debian packages of the Neuron driver, runtime and collectives, as the DLAMI installs them.
 NEURON_SYSTEM_PACKAGES = ("aws-neuronx-dkms", "aws-neuronx-runtime-lib", "aws-neuronx-collectives")
 DEVICE_GLOB = "/dev/neuron[0-9]*"
+# Dense BF16 peak that torchtitan uses for MFU on trn2: 158 TFLOPS per logical core at LNC=2, i.e. per
+# pair of physical cores; at LNC=1 a rank is one physical core, half of that.
+TRN2_BF16_PEAK_FLOPS_PER_PHYSICAL_CORE = 158e12 / 2
+
+
+def peak_flops_per_rank(lnc: int) -> float:
+    return TRN2_BF16_PEAK_FLOPS_PER_PHYSICAL_CORE * lnc
 
 
 def launcher_env(config: dict[str, Any], cache_root: str) -> dict[str, str]:
@@ -79,4 +86,15 @@ def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
         unavailable_reason=unavailable_reason(sorted(glob.glob(DEVICE_GLOB)), neuron["chips"]),
         system_versions=read_system_versions,
         device_for_local_rank=lambda local_rank: f"neuron:{local_rank}",
+        peak_flops_per_rank=peak_flops_per_rank(neuron["lnc"]),
+        peak_flops_source=(
+            f"trn2 dense BF16 peak, 158 TFLOPS per logical core at LNC=2 (torchtitan's figure), "
+            f"at LNC={neuron['lnc']}: {peak_flops_per_rank(neuron['lnc']) / 1e12:g} TFLOPS per rank"
+        ),
     )
+
+
+def prepare_torchtitan() -> list[str]:
+    """Nothing to patch: torchtitan-neuron (release-2.33) brings its own device, process group and
+    memory handling for the neuron device."""
+    return []
