@@ -12,6 +12,7 @@ include: "rules/common.smk"
 include: "rules/env.smk"
 include: "rules/data.smk"
 include: "rules/ranks.smk"
+include: "rules/train.smk"
 include: "rules/report.smk"
 
 

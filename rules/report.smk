@@ -8,6 +8,9 @@ rule report:
         fixture_checkpoint=get_weights_source(),
         fetch_weights="results/fetch_weights/summary.json",
         verify_ranks="results/verify_ranks/summary.json",
+        train_hf="results/train_hf/summary.json",
+        train_native="results/train_native/summary.json",
+        compare_recipes="results/compare_recipes/summary.json",
     output:
         html=report("results/report.html", caption="../workflow/report/report.rst", category="Pilot"),
         json="results/report.json",

@@ -19,6 +19,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("verify_ranks", "Verify the ranks and the 64-rank plan"),
     ("train_hf", "Train the Transformers-backend 4B recipe (10 steps)"),
     ("train_native", "Train the native torchtitan 4B recipe (10 steps)"),
+    ("compare_recipes", "Compare the two recipes' step-1 losses"),
     ("export_reload", "Export to Hugging Face safetensors and reload"),
     ("kernel_numerics", "Kernel numerics: RoPE and MoE against PyTorch"),
     ("moe_reduced", "Train the reduced MoE (4 layers, 64 experts, top-4)"),

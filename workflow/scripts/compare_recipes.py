@@ -1,0 +1,13 @@
+from pathlib import Path
+
+from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.training import compare_recipes_stage
+
+with stage_log(snakemake.log[0]):
+    compare_recipes_stage(
+        hf_summary=Path(snakemake.input.train_hf),
+        native_summary=Path(snakemake.input.train_native),
+        tolerance=snakemake.params.tolerance,
+        backend=snakemake.params.backend,
+        summary_path=Path(snakemake.output.summary),
+    )

@@ -1,0 +1,259 @@
+"""The two 4B recipes as torchtitan config functions, for torchtitan's `--module/--config` API:
+
+    torchrun ... -m qwen3_pilot.train_entry --module qwen3_pilot.recipes --config qwen3_native \
+        --dump_folder RUN [torchtitan overrides]
+
+Both read their settings (checkpoint, corpus, steps, batch, MFU peak ...) from the JSON file named by
+QWEN3_PILOT_RECIPE, which the training stage writes; launching by hand needs only that file. They run
+inside every trainer process, so they import torch and torchtitan freely.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .parity import check_parity, read_checkpoint_values
+
+RECIPE_ENV = "QWEN3_PILOT_RECIPE"
+
+
+def load_recipe() -> dict[str, Any]:
+    path = os.environ.get(RECIPE_ENV)
+    if not path:
+        raise RuntimeError(f"{RECIPE_ENV} is not set: it names the recipe JSON the training stage writes")
+    return json.loads(Path(path).read_text())
+
+
+def _is_rank_zero() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _parity_out(recipe: dict[str, Any]) -> Path | None:
+    return Path(recipe["parity_path"]) if _is_rank_zero() else None
+
+
+# ---- native: torchtitan's own Qwen3 model, sized from config.json ----
+
+
+def native_model_from_checkpoint(hf: dict[str, Any]):
+    """A torchtitan Qwen3Model.Config with every size taken from the checkpoint's config values
+    (`parity.checkpoint_values`), built with torchtitan's own Qwen3 builders."""
+    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+    from torchtitan.models.common.nn_modules import RMSNorm
+    from torchtitan.models.qwen3 import (
+        _EMBEDDING_INIT,
+        _EMBEDDING_SKIP_INIT,
+        _LINEAR_INIT,
+        _build_qwen3_layers,
+        _qwen3_norm,
+    )
+    from torchtitan.models.qwen3.model import Qwen3Model
+
+    dim, vocab, head_dim, tied = hf["hidden_size"], hf["vocab_size"], hf["head_dim"], hf["tie_word_embeddings"]
+    model = Qwen3Model.Config(
+        vocab_size=vocab,
+        dim=dim,
+        norm=_qwen3_norm(dim),
+        enable_weight_tying=tied,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_SKIP_INIT if tied else _EMBEDDING_INIT
+        ),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_LINEAR_INIT),
+        layers=_build_qwen3_layers(
+            fuse_qkv=True,
+            n_layers=hf["num_hidden_layers"],
+            dim=dim,
+            n_heads=hf["num_attention_heads"],
+            n_kv_heads=hf["num_key_value_heads"],
+            head_dim=head_dim,
+            hidden_dim=hf["intermediate_size"],
+            attn_backend="flex",  # replaced by use_sdpa(); get_attention_config("sdpa") raises in 0.3.0
+            rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=hf["max_position_embeddings"], theta=hf["rope_theta"]),
+        ),
+    )
+    # _qwen3_norm hard-codes eps=1e-6; the checkpoint's value wins.
+    for _, norm, _, _ in model.traverse(RMSNorm.Config):
+        norm.eps = hf["rms_norm_eps"]
+    return model
+
+
+def use_sdpa(model) -> None:
+    """SDPA (causal) in every layer: flex attention has no backward on CPU, and the seed recipe makes the
+    same choice on Trainium."""
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+
+    for layer in model.layers:
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+
+
+def native_model_values(model) -> dict[str, Any]:
+    """The parity fields read back from a built torchtitan Qwen3 config (not from what was asked for)."""
+    from torchtitan.models.common.nn_modules import RMSNorm
+
+    def per_layer(get):
+        values = {get(layer) for layer in model.layers}
+        return values.pop() if len(values) == 1 else sorted(values)
+
+    eps = {norm.eps for _, norm, _, _ in model.traverse(RMSNorm.Config)}
+    return {
+        "vocab_size": model.vocab_size,
+        "hidden_size": model.dim,
+        "num_hidden_layers": len(model.layers),
+        "num_attention_heads": per_layer(lambda l: l.attention.n_heads),
+        "num_key_value_heads": per_layer(lambda l: l.attention.n_kv_heads),
+        "head_dim": per_layer(lambda l: l.attention.head_dim),
+        "intermediate_size": per_layer(lambda l: l.feed_forward.w1.out_features),
+        "rope_theta": per_layer(lambda l: float(l.attention.rope.theta)),
+        "rms_norm_eps": eps.pop() if len(eps) == 1 else sorted(eps),
+        "tie_word_embeddings": bool(model.enable_weight_tying),
+        "max_position_embeddings": per_layer(lambda l: l.attention.rope.max_seq_len),
+    }
+
+
+def native_model_spec(recipe: dict[str, Any]):
+    """torchtitan's Qwen3 ModelSpec (parallelize fn, HF state-dict adapter) around the checkpoint's model,
+    or around a registered flavor when the config names one; checked field by field against config.json."""
+    from torchtitan.models.qwen3 import model_registry
+
+    hf = read_checkpoint_values(Path(recipe["checkpoint"]))
+    flavor = recipe.get("native_flavor")
+    base = model_registry(flavor or "32B")
+    model = base.model if flavor else native_model_from_checkpoint(hf)
+    use_sdpa(model)
+    check_parity("train_native", native_model_values(model), hf, recipe["accepted_differences"], _parity_out(recipe))
+    return dataclasses.replace(base, flavor=flavor or f"checkpoint:{Path(recipe['checkpoint']).name}", model=model)
+
+
+# ---- Transformers backend: the HF model class built by Transformers v5 from config.json ----
+
+
+def hf_model_values(hf_config) -> dict[str, Any]:
+    """The parity fields of the transformers config the HF backend actually built its model from."""
+    parameters = getattr(hf_config, "rope_parameters", None) or {}
+    return {
+        "vocab_size": hf_config.vocab_size,
+        "hidden_size": hf_config.hidden_size,
+        "num_hidden_layers": hf_config.num_hidden_layers,
+        "num_attention_heads": hf_config.num_attention_heads,
+        "num_key_value_heads": hf_config.num_key_value_heads,
+        "head_dim": hf_config.head_dim,
+        "intermediate_size": hf_config.intermediate_size,
+        "rope_theta": float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", float("nan")))),
+        "rms_norm_eps": hf_config.rms_norm_eps,
+        "tie_word_embeddings": bool(hf_config.tie_word_embeddings),
+        "max_position_embeddings": hf_config.max_position_embeddings,
+    }
+
+
+def check_hf_backend_build(recipe: dict[str, Any]) -> None:
+    """Wraps the HF backend's init_states: after torchtitan built and materialised the model, recompute
+    the rotary buffers (see below) and check what was built against config.json, before any training."""
+    import torch
+    import torchtitan.experiments.transformers_modeling_backend.model as hf_backend
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    hf = read_checkpoint_values(Path(recipe["checkpoint"]))
+    init_states = hf_backend.HFTransformerModel.init_states
+
+    def checked_init_states(self, *, buffer_device=None):
+        init_states(self, buffer_device=buffer_device)
+        # Not a CPU issue: torchtitan recomputes inv_freq only for rotary modules with a `rope_init_fn`
+        # attribute, and transformers 5.16's Qwen3RotaryEmbedding keeps that function local, so after
+        # the meta-device build inv_freq is uninitialised memory: step-1 loss NaN on 2 ranks
+        # ("Loss is not finite ... at step 1"). Recompute it as the module's __init__ does.
+        with torch.no_grad():
+            for module in self.model.modules():
+                if not hasattr(module, "inv_freq") or getattr(module, "rope_init_fn", None) is not None:
+                    continue
+                rope_type = getattr(module, "rope_type", "default")
+                compute = (
+                    module.compute_default_rope_parameters if rope_type == "default" else ROPE_INIT_FUNCTIONS[rope_type]
+                )
+                inv_freq, scaling = compute(module.config, module.inv_freq.device)
+                module.inv_freq.copy_(inv_freq.to(module.inv_freq.dtype))
+                if hasattr(module, "original_inv_freq"):
+                    module.original_inv_freq.copy_(inv_freq.to(module.original_inv_freq.dtype))
+                module.attention_scaling = scaling
+        check_parity(
+            "train_hf", hf_model_values(self.model.config), hf, recipe["accepted_differences"], _parity_out(recipe)
+        )
+
+    hf_backend.HFTransformerModel.init_states = checked_init_states
+
+
+# ---- what both recipes share ----
+
+
+def _shared(config, recipe: dict[str, Any]):
+    from torchtitan.components.checkpoint import CheckpointManager
+    from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
+    from torchtitan.config import TrainingConfig
+    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
+
+    from .titan_metrics import JsonlMetricsProcessor
+
+    config.hf_assets_path = recipe["checkpoint"]  # tokenizer.json + tokenizer_config.json
+    config.dataloader = HuggingFaceTextDataLoader.Config(dataset=recipe["dataset"], dataset_path=recipe["dataset_path"])
+    config.training = TrainingConfig(
+        local_batch_size=recipe["local_batch_size"],
+        global_batch_size=recipe["global_batch_size"],
+        seq_len=recipe["seq_len"],
+        steps=recipe["steps"],
+        mixed_precision_param=recipe["mixed_precision_param"],
+        disable_cuda_graphs=True,
+    )
+    config.parallelism.data_parallel_shard_degree = -1  # FSDP over every rank
+    config.parallelism.tensor_parallel_degree = 1
+    config.optimizer = default_adamw(lr=recipe["lr"])
+    config.lr_scheduler = LRSchedulersContainer.Config(
+        warmup_steps=recipe["warmup_steps"], decay_ratio=0.8, decay_type="linear", min_lr_factor=0.0
+    )
+    config.checkpoint = CheckpointManager.Config(
+        enable=True,
+        interval=recipe["steps"],
+        initial_load_path=recipe["checkpoint"],
+        initial_load_in_hf=True,
+        initial_load_model_only=True,
+        last_save_in_hf=True,
+        last_save_model_only=True,
+        export_dtype=recipe["export_dtype"],
+    )
+    config.metrics = JsonlMetricsProcessor.Config(
+        log_freq=1, peak_flops=recipe["peak_flops_per_rank"], enable_tensorboard=False
+    )
+    config.debug.seed = recipe["seed"]
+    config.debug.print_config = False
+    config.profiler.enable_profiling = False
+    return config
+
+
+def qwen3_native():
+    """torchtitan's qwen3_32b recipe with the checkpoint's model in place of the 32B one."""
+    from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+    from torchtitan.models.common.config_utils import decoder_vocab_size
+    from torchtitan.models.qwen3.config_registry import qwen3_32b
+
+    recipe = load_recipe()
+    config = qwen3_32b()
+    config.model_spec = native_model_spec(recipe)
+    config.loss = ChunkedLossWrapper.Config(
+        loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))
+    )
+    return _shared(config, recipe)
+
+
+def qwen3_hf():
+    """torchtitan's transformers-backend fine-tuning recipe ('full' flavor: config.json's sizes win)."""
+    from torchtitan.experiments.transformers_modeling_backend.config_registry import (
+        transformers_modeling_backend_full,
+    )
+
+    recipe = load_recipe()
+    check_hf_backend_build(recipe)
+    config = transformers_modeling_backend_full()
+    config.hf_model = recipe["checkpoint"]  # AutoConfig from the local folder; no remote code
+    return _shared(config, recipe)

@@ -1,0 +1,359 @@
+"""Stages `train_native` and `train_hf`: one recipe for N steps from the fetched weights, a random-init
+control on the same first batch, and the gate that the weights loaded.
+
+Torch-free: the training happens in torchrun's processes (qwen3_pilot.train_entry + recipes.py); this
+module writes the recipe, launches, and judges what the run measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .artifacts import write_json
+from .backends import Backend
+from .parity import read_checkpoint_values
+
+CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf"}
+CONTROL_OVERRIDES = ("--checkpoint.no-enable", "--training.steps", "1")
+LAUNCH_RECORD = "launch.json"
+PID_FILE = "launcher.pid"
+METRICS_FILE = "metrics.jsonl"  # titan_metrics.METRICS_FILE (that module imports torchtitan)
+
+# torchtitan's metric names -> the names in the stage's per-step table.
+STEP_METRICS = {
+    "loss": "loss_metrics/global_avg_loss",
+    "grad_norm": "grad_norm",
+    "tokens_per_s": "throughput(tps)",
+    "tflops": "tflops",
+    "mfu_pct": "mfu(%)",
+    "peak_memory_gib": "memory/max_active(GiB)",
+    "step_time_s": "time_metrics/end_to_end(s)",
+}
+
+
+class TrainingError(RuntimeError):
+    pass
+
+
+def recipe_key(stage: str) -> str:
+    """The recipe's name in per-recipe config keys: train_native -> native, train_hf -> hf."""
+    return stage.removeprefix("train_")
+
+
+def write_recipe(
+    path: Path, *, stage: str, backend: Backend, checkpoint: Path, corpus_dir: Path, dataset: str,
+    training: dict[str, Any], peak_flops_per_rank: float, parity_path: Path,
+) -> dict[str, Any]:
+    """The settings recipes.py reads in every trainer process (QWEN3_PILOT_RECIPE)."""
+    recipe = {
+        "stage": stage,
+        "backend": backend.name,
+        "checkpoint": str(checkpoint.resolve()),
+        "dataset": dataset,
+        "dataset_path": str(corpus_dir.resolve()),
+        "steps": training["steps"],
+        "seq_len": training["seq_len"],
+        "local_batch_size": training["local_batch_size"],
+        "global_batch_size": training["global_batch_size"],
+        "seed": training["seed"],
+        "lr": training["lr"],
+        "warmup_steps": training["warmup_steps"],
+        "mixed_precision_param": training["mixed_precision_param"],
+        "export_dtype": training["export_dtype"],
+        "native_flavor": training["native_flavor"],
+        "accepted_differences": training["accepted_differences"].get(recipe_key(stage), {}),
+        "peak_flops_per_rank": peak_flops_per_rank,
+        "parity_path": str(parity_path.resolve()),
+    }
+    write_json(path, recipe)
+    return recipe
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """A run always starts from an empty folder. torchtitan skips initial_load_path when the folder's
+    checkpoint/ holds a step (and resumes from it, or crashes on an HF export), so a leftover from an
+    interrupted run would otherwise train from the wrong weights. Ranks orphaned by a killed launcher
+    are stopped first, so they cannot write into the new run."""
+    pid_file = run_dir / PID_FILE
+    if pid_file.exists():
+        _kill_group(int(pid_file.read_text().strip() or 0))
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+
+
+def _kill_group(pgid: int) -> None:
+    if pgid <= 0:
+        return
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass
+class Launch:
+    command: list[str]
+    env: dict[str, str]
+    returncode: int
+    wall_s: float
+
+
+def launch(
+    backend: Backend, *, nproc: int, config_function: str, recipe_path: Path, run_dir: Path,
+    log_path: Path, overrides: tuple[str, ...] = (), python: str = sys.executable,
+) -> Launch:
+    """torchrun with torchtitan's trainer, in its own process group so that every rank goes when it ends."""
+    clear_run_dir(run_dir)
+    command = backend.torchrun_command(
+        python, nproc, "qwen3_pilot.train_entry",
+        ["--module", "qwen3_pilot.recipes", "--config", config_function, "--dump_folder", str(run_dir), *overrides],
+    )
+    added_env = {**backend.launcher_env, "QWEN3_PILOT_RECIPE": str(recipe_path.resolve())}
+    Path(added_env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a") as log:
+        log.write(f"$ {' '.join(command)}\n")
+        log.flush()
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            command, env={**os.environ, **added_env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        (run_dir / PID_FILE).write_text(str(process.pid))
+        try:
+            returncode = process.wait()
+        finally:
+            _kill_group(process.pid)  # ranks left behind by a launcher that died
+        wall_s = time.perf_counter() - started
+    (run_dir / PID_FILE).unlink(missing_ok=True)
+    result = Launch(command=command, env=added_env, returncode=returncode, wall_s=wall_s)
+    write_json(run_dir / LAUNCH_RECORD, {"command": command, "env": added_env, "returncode": returncode, "wall_s": wall_s})
+    return result
+
+
+_ERROR_LINE = re.compile(r"^(?:\[[^\]]*\]:\s*)*((?:[\w.]+\.)?(\w*(?:Error|Exception))): (.+)$")
+
+
+def failure_reason(log_text: str) -> str:
+    """The exception a rank died with, from the launch's output (torchrun's own summary names only the
+    exit code)."""
+    for line in reversed(log_text.splitlines()):
+        match = _ERROR_LINE.match(line.strip())
+        if match and match.group(2) != "ChildFailedError":
+            return f"{match.group(2)}: {match.group(3)}"
+    return "no exception found in the output"
+
+
+def launch_failure(what: str, launch_result: Launch, log_path: Path, log_offset: int, parity_path: Path) -> TrainingError:
+    if launch_result.returncode < 0:
+        cause = f"torchrun was killed by signal {-launch_result.returncode}"
+    else:
+        cause = f"torchrun exited with code {launch_result.returncode}"
+    if parity_path.exists() and json.loads(parity_path.read_text())["problems"]:
+        problems = json.loads(parity_path.read_text())["problems"]
+        reason = "the model differs from the checkpoint's config.json:\n  - " + "\n  - ".join(problems)
+    else:
+        with open(log_path, errors="replace") as log:
+            log.seek(log_offset)
+            reason = failure_reason(log.read())
+    return TrainingError(f"{what}: {cause}: {reason} (full output: {log_path})")
+
+
+def read_steps(metrics_path: Path) -> list[dict[str, Any]]:
+    """torchtitan's per-step metrics (rank 0's JSON lines) as the stage's per-step table."""
+    if not metrics_path.exists():
+        return []
+    steps = []
+    for line in metrics_path.read_text().splitlines():
+        record = json.loads(line)
+        steps.append({"step": int(record["step"]), **{name: _number(record.get(key)) for name, key in STEP_METRICS.items()}})
+    return steps
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    return float(value)  # "nan" / "inf" strings from titan_metrics become float('nan') / float('inf')
+
+
+def check_steps(steps: list[dict[str, Any]], expected_steps: int, source: Path) -> None:
+    for step in steps:
+        if step["loss"] is None or not math.isfinite(step["loss"]):
+            raise TrainingError(f"{source}: loss is {step['loss']} at step {step['step']}")
+    seen = [s["step"] for s in steps]
+    if seen != list(range(1, expected_steps + 1)):
+        raise TrainingError(f"{source}: logged steps {seen}, expected 1..{expected_steps}")
+
+
+def loaded_weights_gate(loaded: float, control: float, vocab_size: int, gate: dict[str, float]) -> tuple[dict[str, Any], list[str]]:
+    """Step-1 loss with the fetched weights against the random-init control on the same batch."""
+    ln_vocab = math.log(vocab_size)
+    figures = {
+        "step1_loss_loaded": loaded,
+        "step1_loss_random_init": control,
+        "gap": control - loaded,
+        "ln_vocab": ln_vocab,
+        "control_minus_ln_vocab": control - ln_vocab,
+        "min_gap": gate["min_gap"],
+        "control_band": [ln_vocab - gate["control_below_ln_vocab"], ln_vocab + gate["control_above_ln_vocab"]],
+    }
+    problems = []
+    if not control - loaded >= gate["min_gap"]:
+        problems.append(
+            f"step-1 loss {loaded:.4f} with the fetched weights is not below the random-init control "
+            f"{control:.4f} by training.gate.min_gap = {gate['min_gap']} (gap {control - loaded:.4f}): "
+            "the weights did not load"
+        )
+    low, high = figures["control_band"]
+    if not low <= control <= high:
+        problems.append(
+            f"random-init control step-1 loss {control:.4f} is outside [{low:.4f}, {high:.4f}] around "
+            f"ln(vocab) = {ln_vocab:.4f}: the control is not an uninformed model"
+        )
+    return figures, problems
+
+
+def export_files(run_dir: Path, steps: int) -> list[Path]:
+    export = run_dir / "checkpoint" / f"step-{steps}"
+    return sorted(p for p in export.glob("*") if p.is_file())
+
+
+def train_stage(
+    *, stage: str, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], cache_root: str,
+    checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
+    control_dir: Path, summary_path: Path, log_path: Path,
+) -> dict[str, Any]:
+    from .backends import make_backend
+    from .summary import StageSummary
+
+    backend = make_backend(backend_config, str(Path(cache_root).resolve()))
+    if backend.unavailable_reason:
+        raise TrainingError(f"{stage}: the {backend.name} backend cannot run here: {backend.unavailable_reason}")
+    checkpoint = read_checkpoint_values(checkpoint_dir)  # config.json problems fail before any launch
+    peak = json.loads(ranks_summary.read_text())["figures"]["live"]["peak_flops_per_rank"]
+    parity_path = recipe_path.with_name("parity.json")
+    parity_path.unlink(missing_ok=True)
+    write_recipe(
+        recipe_path, stage=stage, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir,
+        dataset=dataset, training=training, peak_flops_per_rank=peak, parity_path=parity_path,
+    )
+    config_function = CONFIG_FUNCTIONS[stage]
+    runs: dict[str, Launch] = {}
+    steps: dict[str, list[dict[str, Any]]] = {}
+    for name, folder, overrides, expected in (
+        ("fetched weights", run_dir, (), training["steps"]),
+        ("random-init control", control_dir, CONTROL_OVERRIDES, 1),
+    ):
+        log_offset = log_path.stat().st_size if log_path.exists() else 0
+        runs[name] = launch(
+            backend, nproc=backend.expected_ranks, config_function=config_function, recipe_path=recipe_path,
+            run_dir=folder, log_path=log_path, overrides=overrides,
+        )
+        if runs[name].returncode != 0:
+            raise launch_failure(f"{stage} ({name})", runs[name], log_path, log_offset, parity_path)
+        steps[name] = read_steps(folder / METRICS_FILE)
+        check_steps(steps[name], expected, folder / METRICS_FILE)
+
+    loaded, control = steps["fetched weights"], steps["random-init control"]
+    gate_config = {**training["gate"], "control_above_ln_vocab": training["gate"]["control_above_ln_vocab"][recipe_key(stage)]}
+    gate, problems = loaded_weights_gate(loaded[0]["loss"], control[0]["loss"], checkpoint["vocab_size"], gate_config)
+    if problems:
+        raise TrainingError(f"{stage}: loaded-weights gate failed:\n  - " + "\n  - ".join(problems))
+    exported = export_files(run_dir, training["steps"])
+    if not any(p.suffix == ".safetensors" for p in exported):
+        raise TrainingError(f"{stage}: no safetensors export in {run_dir / 'checkpoint' / ('step-%d' % training['steps'])}")
+    parity = json.loads(parity_path.read_text())
+    steady = [s for s in loaded if s["step"] > 1]
+    summary = StageSummary(
+        stage=stage,
+        status="pass",
+        backend=backend.name,
+        figures={
+            "steps_trained": len(loaded),
+            "ranks": backend.expected_ranks,
+            "gate": gate,
+            "parity": parity["rows"],
+            "final_loss": loaded[-1]["loss"],
+            "mean_step_time_s_after_step_1": _mean(s["step_time_s"] for s in steady),
+            "mean_tokens_per_s_after_step_1": _mean(s["tokens_per_s"] for s in steady),
+            "mean_mfu_pct_after_step_1": _mean(s["mfu_pct"] for s in steady),
+            "peak_memory_gib": max(s["peak_memory_gib"] for s in loaded),
+            "peak_flops_per_rank": peak,
+            "peak_flops_source": backend.peak_flops_source,
+            "launch_wall_s": {name: round(run.wall_s, 2) for name, run in runs.items()},
+            "steps": loaded,
+            "export_dir": str((run_dir / "checkpoint" / f"step-{training['steps']}").as_posix()),
+        },
+        proves=(
+            f"torchtitan's trainer ran {len(loaded)} steps of this recipe with FSDP over {backend.expected_ranks} "
+            f"{backend.dist_backend} ranks from the fetched weights, every loss finite, and wrote a Hugging Face "
+            f"safetensors export. Its step-1 loss ({gate['step1_loss_loaded']:.4f}) is {gate['gap']:.2f} nats below "
+            f"a random-init control on the same batch ({gate['step1_loss_random_init']:.4f}; ln vocab "
+            f"{gate['ln_vocab']:.2f}): the weights loaded. The model matches config.json on every parity field "
+            "(or on an accepted difference, listed with its reason)."
+        ),
+        does_not_prove=(
+            "That training improves the model: 10 steps on a small corpus say nothing about convergence, and a "
+            "loss falling over them can be memorisation of a few batches. MFU is against "
+            + ("a measured CPU matmul peak, not an accelerator's peak; " if backend.name == "cpu" else "the published peak; ")
+            + "throughput here predicts nothing about another backend."
+            + (" These were tiny models on CPU ranks, not Qwen3-4B on a trn2." if backend.name == "cpu" else "")
+        ),
+    )
+    summary.add_artifacts([recipe_path, parity_path, run_dir / METRICS_FILE, control_dir / METRICS_FILE, *exported])
+    return summary.write(summary_path)
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def compare_recipes_stage(
+    *, hf_summary: Path, native_summary: Path, tolerance: float, backend: str, summary_path: Path
+) -> dict[str, Any]:
+    from .summary import StageSummary
+
+    hf = json.loads(hf_summary.read_text())["figures"]["gate"]
+    native = json.loads(native_summary.read_text())["figures"]["gate"]
+    difference = abs(hf["step1_loss_loaded"] - native["step1_loss_loaded"])
+    figures = {
+        "step1_loss_train_hf": hf["step1_loss_loaded"],
+        "step1_loss_train_native": native["step1_loss_loaded"],
+        "abs_difference": difference,
+        "tolerance": tolerance,
+        "random_init_train_hf": hf["step1_loss_random_init"],
+        "random_init_train_native": native["step1_loss_random_init"],
+    }
+    if not difference <= tolerance:
+        raise TrainingError(
+            f"compare_recipes: step-1 losses differ by {difference:.6f} (train_hf {hf['step1_loss_loaded']:.6f}, "
+            f"train_native {native['step1_loss_loaded']:.6f}); training.recipe_agreement_tolerance = {tolerance}"
+        )
+    summary = StageSummary(
+        stage="compare_recipes",
+        status="pass",
+        backend=backend,
+        figures=figures,
+        proves=(
+            f"On the same weights and first batch the Transformers-backend model and torchtitan's native Qwen3 "
+            f"give the same step-1 loss within {tolerance} nats (difference {difference:.2e}): the native model, "
+            "its weight conversion and its loss compute what the reference implementation computes."
+        ),
+        does_not_prove=(
+            "That the recipes agree after the first optimizer step or in another dtype: they lay out parameters "
+            "differently (fused QKV in the native model), so rounding differences can grow over steps. The "
+            "random-init controls are expected to differ: each recipe has its own initialiser."
+        ),
+    )
+    return summary.write(summary_path)

@@ -1,0 +1,21 @@
+from pathlib import Path
+
+from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.training import train_stage
+
+with stage_log(snakemake.log[0]):
+    train_stage(
+        stage=snakemake.rule,
+        backend_config=snakemake.params.backend,
+        dataset=snakemake.params.dataset,
+        training=snakemake.params.training,
+        cache_root=snakemake.params.cache_root,
+        checkpoint_dir=Path(snakemake.input.checkpoint),
+        corpus_dir=Path(snakemake.input.corpus),
+        ranks_summary=Path(snakemake.input.ranks),
+        recipe_path=Path(snakemake.output.recipe),
+        run_dir=Path(snakemake.output.run),
+        control_dir=Path(snakemake.output.control),
+        summary_path=Path(snakemake.output.summary),
+        log_path=Path(snakemake.log[0]),
+    )
