@@ -60,3 +60,28 @@ def workspace(tmp_path: Path):
 
 def output(result: subprocess.CompletedProcess) -> str:
     return result.stdout + result.stderr
+
+
+# The e2e tests' config: 2 gloo ranks, the offline corpus, a small fixture.
+SMALL = {
+    "ranks": 2,
+    "data": {"path": str(SHARED_CORPUS)},
+    "fixture": {"steps": 120, "num_hidden_layers": 2},
+}
+
+
+@pytest.fixture(scope="session")
+def completed_run(tmp_path_factory):
+    """The whole DAG once on a small cpu config; tests that change it work on a copy (`copy_of_run`)."""
+    ws = make_workspace(tmp_path_factory.mktemp("e2e") / "ws", SMALL)
+    result = run_snakemake(ws, "--cores", "2", "results/report.html")
+    assert result.returncode == 0, output(result)[-6000:]
+    return ws
+
+
+@pytest.fixture
+def copy_of_run(completed_run, tmp_path):
+    """A throwaway copy of the completed workspace (results, logs and Snakemake's metadata included)."""
+    copy = tmp_path / "ws"
+    shutil.copytree(completed_run, copy, symlinks=True)
+    return copy

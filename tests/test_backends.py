@@ -71,3 +71,18 @@ def test_torchrun_command_launches_the_module_with_the_rank_count(tmp_path):
     assert command[:4] == ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone"]
     assert "--nproc-per-node=64" in command
     assert command[-4:] == ["-m", "qwen3_pilot.rank_worker", "--out", "x"] or command[-3:] == ["qwen3_pilot.rank_worker", "--out", "x"]
+
+
+def test_peak_flops_for_mfu_come_from_the_backend(tmp_path):
+    neuron = make_backend(config("neuron", 64), str(tmp_path))
+    assert neuron.peak_flops_per_rank == 158e12
+    assert "158 TFLOPS per logical core" in neuron.peak_flops_source
+    cpu = make_backend(config("cpu", 2), str(tmp_path))
+    assert cpu.peak_flops_per_rank is None  # measured on each rank by verify_ranks
+    assert "measured" in cpu.peak_flops_source
+
+
+def test_cpu_peak_measurement_is_a_positive_rate():
+    from qwen3_pilot.backends.cpu import measure_peak_flops
+
+    assert 1e8 < measure_peak_flops(seconds=0.1) < 1e14

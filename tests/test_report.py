@@ -49,6 +49,15 @@ def test_everything_written_into_html_is_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
+def test_a_list_of_records_is_shown_as_an_escaped_table(tmp_path):
+    rows = [{"field": "rope_theta", "built": 1e6, "checkpoint": 5e6, "verdict": "MISMATCH <b>"},
+            {"field": "head_dim", "built": 128, "checkpoint": 128, "verdict": "match"}]
+    build(tmp_path, {"train_native": write_summary(tmp_path, "train_native", figures={"parity": rows})})
+    html = (tmp_path / "report.html").read_text()
+    assert "<th>built</th><th>checkpoint</th><th>field</th><th>verdict</th>" in html
+    assert "<td>1000000.0</td><td>5000000.0</td><td>rope_theta</td><td>MISMATCH &lt;b&gt;</td>" in html
+
+
 def test_a_summary_for_another_stage_is_refused(tmp_path):
     with pytest.raises(ValueError, match="holds stage 'fetch_corpus', expected 'pin_env'"):
         build(tmp_path, {"pin_env": write_summary(tmp_path, "fetch_corpus")})

@@ -113,4 +113,6 @@ def render_html(report: dict[str, Any]) -> str:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["compact"] = lambda value: value if isinstance(value, str) else json.dumps(value, default=str)
+    # A figure that is a list of records (a parity table, per-step metrics) is shown as a table.
+    env.tests["records"] = lambda value: isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
     return env.get_template("report.html.j2").render(report=report)

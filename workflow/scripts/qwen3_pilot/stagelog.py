@@ -1,10 +1,13 @@
 """Per-job logging for the stage scripts: everything goes to the rule's log file, and a failure's
-message also reaches the console so the user sees why the job failed without opening the log."""
+message also reaches the console so the user sees why the job failed without opening the log. A failed
+job's log is also kept beside it under a timestamped name."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -26,5 +29,16 @@ def stage_log(path: str | Path) -> Iterator[logging.Logger]:
             yield log
         except BaseException as error:
             traceback.print_exc(file=handle)
-            console.write(f"{type(error).__name__}: {error}\n(full log: {path})\n")
+            handle.flush()
+            kept = keep_failed_log(path)
+            console.write(f"{type(error).__name__}: {error}\n(full log: {path}; kept as {kept})\n")
             raise
+
+
+def keep_failed_log(path: Path) -> Path:
+    """A copy of a failed job's log that outlives the rerun: Snakemake empties a job's declared log when
+    the job starts again."""
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    kept = path.with_name(f"{path.stem}.failed-{stamp}{path.suffix}")
+    shutil.copy2(path, kept)
+    return kept

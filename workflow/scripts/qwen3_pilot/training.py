@@ -24,7 +24,7 @@ from .artifacts import write_json
 from .backends import Backend
 from .parity import read_checkpoint_values
 
-CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf"}
+CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
 CONTROL_OVERRIDES = ("--checkpoint.no-enable", "--training.steps", "1")
 LAUNCH_RECORD = "launch.json"
 PID_FILE = "launcher.pid"
@@ -53,9 +53,10 @@ def recipe_key(stage: str) -> str:
 
 def write_recipe(
     path: Path, *, stage: str, backend: Backend, checkpoint: Path, corpus_dir: Path, dataset: str,
-    training: dict[str, Any], peak_flops_per_rank: float, parity_path: Path,
+    training: dict[str, Any], peak_flops_per_rank: float, parity_path: Path, **extra: Any,
 ) -> dict[str, Any]:
-    """The settings recipes.py reads in every trainer process (QWEN3_PILOT_RECIPE)."""
+    """The settings recipes.py reads in every trainer process (QWEN3_PILOT_RECIPE); `extra` holds a
+    recipe's own keys."""
     recipe = {
         "stage": stage,
         "backend": backend.name,
@@ -75,6 +76,7 @@ def write_recipe(
         "accepted_differences": training["accepted_differences"].get(recipe_key(stage), {}),
         "peak_flops_per_rank": peak_flops_per_rank,
         "parity_path": str(parity_path.resolve()),
+        **extra,
     }
     write_json(path, recipe)
     return recipe
@@ -141,16 +143,28 @@ def launch(
     return result
 
 
-_ERROR_LINE = re.compile(r"^(?:\[[^\]]*\]:\s*)*((?:[\w.]+\.)?(\w*(?:Error|Exception))): (.+)$")
+_RANK_PREFIX = re.compile(r"^(?:\[[^\]]*\]:\s*)*")
+_ERROR_LINE = re.compile(r"^((?:[\w.]+\.)?(\w*(?:Error|Exception))):(?: (.*))?$")
+# Where an exception's message ends in torchrun's output: a traceback, torchrun's summary, a log record
+# (or another exception).
+_MESSAGE_END = re.compile(r"^(Traceback|File |-{8,}|={8,}|Root Cause|[EWI]\d{4} )")
+_MESSAGE_LINES = 3
 
 
 def failure_reason(log_text: str) -> str:
     """The exception a rank died with, from the launch's output (torchrun's own summary names only the
-    exit code)."""
-    for line in reversed(log_text.splitlines()):
-        match = _ERROR_LINE.match(line.strip())
+    exit code), with up to three continuation lines of a multi-line message."""
+    lines = [_RANK_PREFIX.sub("", line).strip() for line in log_text.splitlines()]
+    for index in range(len(lines) - 1, -1, -1):
+        match = _ERROR_LINE.match(lines[index])
         if match and match.group(2) != "ChildFailedError":
-            return f"{match.group(2)}: {match.group(3)}"
+            message = [f"{match.group(2)}: {match.group(3) or ''}".strip()]
+            for line in lines[index + 1:]:
+                if len(message) > _MESSAGE_LINES or _MESSAGE_END.match(line) or _ERROR_LINE.match(line):
+                    break
+                if line:
+                    message.append(line)
+            return " ".join(message)
     return "no exception found in the output"
 
 
@@ -356,4 +370,5 @@ def compare_recipes_stage(
             "random-init controls are expected to differ: each recipe has its own initialiser."
         ),
     )
+    summary.add_artifacts([hf_summary, native_summary])
     return summary.write(summary_path)

@@ -1,0 +1,145 @@
+"""The training stages under Snakemake when something goes wrong: a bad checkpoint, a killed run, a CPU
+workaround taken away. Each test works on a copy of the completed run and reruns one stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import SNAKEMAKE, output, run_snakemake
+
+pytestmark = pytest.mark.e2e
+
+CHECKPOINT = "results/fetch_weights/checkpoint"
+
+
+def rerun(ws, stage, *args, env=None):
+    if env:
+        os.environ.update(env)
+    try:
+        return run_snakemake(ws, "--cores", "2", f"results/{stage}/summary.json", "--forcerun", stage, *args)
+    finally:
+        for key in env or ():
+            os.environ.pop(key)
+
+
+def step1_loss(ws, stage):
+    return json.loads((ws / "results" / stage / "summary.json").read_text())["figures"]["gate"]["step1_loss_loaded"]
+
+
+def edit_safetensors(path, change):
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(path)
+    change(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def first_key(path, suffix):
+    from safetensors import safe_open
+
+    with safe_open(path, "pt") as handle:
+        return next(k for k in handle.keys() if k.endswith(suffix))
+
+
+def test_a_tensor_of_the_wrong_shape_fails_the_stage_and_is_named(copy_of_run):
+    weights = copy_of_run / CHECKPOINT / "model.safetensors"
+    key = first_key(weights, "mlp.gate_proj.weight")
+    shapes = {}
+
+    def shorten(tensors):
+        shapes["current"] = tensors[key].shape
+        tensors[key] = tensors[key][:-8].clone()
+        shapes["saved"] = tensors[key].shape
+
+    edit_safetensors(weights, shorten)
+    result = rerun(copy_of_run, "train_native")
+    assert result.returncode != 0
+    assert "TrainingError: train_native (fetched weights)" in output(result)
+    expected = f"Size mismatch between saved {shapes['saved']} and current: {shapes['current']} for {key}"
+    assert expected in output(result), output(result)[-3000:]
+
+
+def test_a_missing_tensor_fails_the_stage_and_is_named(copy_of_run):
+    weights = copy_of_run / CHECKPOINT / "model.safetensors"
+    key = first_key(weights, "self_attn.k_norm.weight")
+    edit_safetensors(weights, lambda t: t.pop(key))
+    result = rerun(copy_of_run, "train_hf")
+    assert result.returncode != 0
+    assert key in output(result), output(result)[-3000:]
+
+
+def test_a_native_model_with_another_rope_theta_fails_before_training(copy_of_run):
+    config_path = copy_of_run / CHECKPOINT / "config.json"
+    config = json.loads(config_path.read_text())
+    config["rope_parameters"]["rope_theta"] = 5_000_000
+    config.pop("rope_theta", None)
+    config_path.write_text(json.dumps(config))
+    # torchtitan's registered debug flavor keeps its own theta (1e6), as the 4B flavor does for Qwen3-4B-2507.
+    overlay = copy_of_run / "config" / "test.yaml"
+    overlay.write_text(overlay.read_text() + "training:\n  native_flavor: debugmodel\n")
+    result = rerun(copy_of_run, "train_native")
+    assert result.returncode != 0
+    text = output(result)
+    assert "the model differs from the checkpoint's config.json" in text
+    assert "rope_theta: built 1000000.0, checkpoint config.json 5000000.0" in text, text[-3000:]
+    parity = json.loads((copy_of_run / "results" / "train_native" / "parity.json").read_text())
+    assert any(row["field"] == "rope_theta" and row["verdict"] == "MISMATCH" for row in parity["rows"])
+
+
+def test_a_killed_run_reruns_from_the_fetched_weights(copy_of_run, tmp_path):
+    clean_loss = step1_loss(copy_of_run, "train_native")
+    saved_step = tmp_path / "step-10"
+    shutil.copytree(copy_of_run / "results" / "train_native" / "run" / "checkpoint" / "step-10", saved_step)
+    run_dir = copy_of_run / "results" / "train_native" / "run"
+    log = copy_of_run / "logs" / "train_native" / "train_native.log"
+    command = [SNAKEMAKE, "--cores", "2", "results/train_native/summary.json", "--forcerun", "train_native",
+               "--configfile", "config/test.yaml"]
+    shutil.rmtree(run_dir)  # so that the metrics watched below are the new run's
+    snakemake = subprocess.Popen(command, cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not ((run_dir / "launcher.pid").exists() and _metric_lines(run_dir) >= 2):
+        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before it could be killed"
+        time.sleep(0.2)
+    os.kill(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)  # torchrun, mid-training
+    stdout, _ = snakemake.communicate(timeout=300)
+    assert snakemake.returncode != 0
+    assert "torchrun was killed by signal 9" in stdout, stdout[-3000:]
+    assert "torchrun was killed by signal 9" in log.read_text()
+
+    # What torchtitan would resume from instead of the fetched weights: a checkpoint in the run folder.
+    (run_dir / "checkpoint").mkdir(parents=True, exist_ok=True)
+    shutil.copytree(saved_step, run_dir / "checkpoint" / "step-10", dirs_exist_ok=True)
+    result = run_snakemake(copy_of_run, "--cores", "2", "results/train_native/summary.json", "--rerun-incomplete")
+    assert result.returncode == 0, output(result)[-3000:]
+    assert step1_loss(copy_of_run, "train_native") == pytest.approx(clean_loss, abs=1e-6)
+    # Snakemake empties the job's log on the rerun; the failed run's log was kept beside it.
+    kept = list(log.parent.glob("train_native.failed-*.log"))
+    assert len(kept) == 1 and "torchrun was killed by signal 9" in kept[0].read_text()
+
+
+def _metric_lines(run_dir):
+    metrics = run_dir / "metrics.jsonl"
+    return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
+
+# What each CPU workaround in backends/cpu.py prevents: skipping it brings the error back.
+WORKAROUNDS = [
+    ("train_native", "device", "Found no NVIDIA driver"),
+    ("train_native", "memory", "get_device_name"),
+    ("train_native", "barrier", "BarrierOptions"),
+    ("train_native", "fsdp_sum", "PREMUL_SUM"),
+    ("train_hf", "hf_sdpa", "FlexAttention does not support backward on CPU"),
+]
+
+
+@pytest.mark.parametrize("stage, workaround, error", WORKAROUNDS, ids=[w for _, w, _ in WORKAROUNDS])
+def test_each_cpu_workaround_is_needed(copy_of_run, stage, workaround, error):
+    result = rerun(copy_of_run, stage, env={"QWEN3_PILOT_SKIP_CPU_WORKAROUNDS": workaround})
+    assert result.returncode != 0
+    assert error in output(result), output(result)[-3000:]

@@ -1,0 +1,93 @@
+"""How much wall time a training stage adds over launching the same torchtitan config by hand.
+
+    .venv/bin/python -m qwen3_pilot.overhead [--stage train_native] [--repeats 1] [-- SNAKEMAKE ARGS]
+
+Reruns the stage under Snakemake (`--forcerun`), takes the job's wall time from Snakemake's benchmark
+file, then runs the two torchrun commands the stage recorded (`run/launch.json`, `control/launch.json`)
+by hand, with the same environment, into a scratch folder. The overhead is the stage's time beyond
+those two launches (median over the repeats); it also prints how much of the stage's time is spent outside
+its own launches. A benchmark, not a test: the figures vary with the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .recipes import RECIPE_ENV
+from .training import LAUNCH_RECORD
+
+LIMIT_PCT = 5.0
+
+
+def stage_wall_s(stage: str, snakemake_args: list[str], workdir: Path) -> float:
+    command = [
+        str(Path(sys.executable).with_name("snakemake")), "--cores", "all", f"results/{stage}/summary.json",
+        "--forcerun", stage, *snakemake_args,
+    ]
+    subprocess.run(command, cwd=workdir, check=True, stdout=subprocess.DEVNULL)
+    with open(workdir / "benchmarks" / f"{stage}.tsv") as table:
+        return float(next(csv.DictReader(table, delimiter="\t"))["s"])
+
+
+def by_hand_wall_s(stage: str, workdir: Path, scratch: Path) -> float:
+    """The recorded launches again, with the dump folder and the parity table moved to `scratch`, so the
+    stage's outputs stay as Snakemake wrote them."""
+    recipe = json.loads((workdir / "results" / stage / "recipe.json").read_text())
+    recipe["parity_path"] = str(scratch / "parity.json")
+    recipe_path = scratch / "recipe.json"
+    recipe_path.write_text(json.dumps(recipe))
+    total = 0.0
+    for name in ("run", "control"):
+        record = json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())
+        command = list(record["command"])
+        command[command.index("--dump_folder") + 1] = str(scratch / name)
+        env = {**os.environ, **record["env"], RECIPE_ENV: str(recipe_path)}
+        started = time.perf_counter()
+        subprocess.run(command, cwd=workdir, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        total += time.perf_counter() - started
+    return total
+
+
+def stage_launch_s(stage: str, workdir: Path) -> float:
+    """The stage's own two launches, as it timed them (launch.json)."""
+    return sum(json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())["wall_s"]
+               for name in ("run", "control"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stage", choices=["train_hf", "train_native"], default="train_native")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("snakemake_args", nargs="*", help="after --, e.g. --configfile config/offline.yaml")
+    args = parser.parse_args(argv)
+    workdir = Path.cwd()
+    (workdir / ".cache").mkdir(exist_ok=True)
+    versus_hand, outside_launches = [], []
+    for repeat in range(1, args.repeats + 1):
+        stage_s = stage_wall_s(args.stage, args.snakemake_args, workdir)
+        launches_s = stage_launch_s(args.stage, workdir)
+        with tempfile.TemporaryDirectory(dir=workdir / ".cache") as scratch:
+            hand_s = by_hand_wall_s(args.stage, workdir, Path(scratch))
+        versus_hand.append(100 * (stage_s - hand_s) / hand_s)
+        outside_launches.append(100 * (stage_s - launches_s) / launches_s)
+        print(f"{args.stage} run {repeat}: stage {stage_s:.2f} s (Snakemake benchmark), its launches {launches_s:.2f} s, "
+              f"by hand {hand_s:.2f} s: {versus_hand[-1]:+.2f}% over by hand, {outside_launches[-1]:+.2f}% outside "
+              "the launches")
+    median = statistics.median(versus_hand)
+    print(f"median overhead over launching by hand: {median:+.2f}% (limit {LIMIT_PCT:g}%); time the stage spends "
+          f"outside its launches: median {statistics.median(outside_launches):+.2f}%. Launch times vary with the "
+          "machine's load: run it on a quiet machine, with several repeats.")
+    return 0 if median <= LIMIT_PCT else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
