@@ -257,3 +257,73 @@ def qwen3_hf():
     config = transformers_modeling_backend_full()
     config.hf_model = recipe["checkpoint"]  # AutoConfig from the local folder; no remote code
     return _shared(config, recipe)
+
+
+# ---- the reduced MoE: Qwen3-30B-A3B's architecture with fewer layers and experts, from random init ----
+
+
+def reduced_moe_model(moe: dict[str, Any]):
+    """Qwen3-30B-A3B's block (GQA with q/k norm, softmax top-k router with route norm, no shared experts,
+    untied head) built with torchtitan's MoE builder at the widths and counts the config gives."""
+    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+    from torchtitan.models.qwen3 import _EMBEDDING_INIT, _LINEAR_INIT, _build_qwen3_moe_layers, _qwen3_norm
+    from torchtitan.models.qwen3.model import Qwen3Model
+
+    dim, vocab, head_dim = moe["dim"], moe["vocab_size"], moe["head_dim"]
+    return Qwen3Model.Config(
+        vocab_size=vocab,
+        dim=dim,
+        norm=_qwen3_norm(dim),
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_LINEAR_INIT),
+        layers=_build_qwen3_moe_layers(
+            fuse_qkv=True,
+            n_layers=moe["layers"],
+            dim=dim,
+            n_heads=moe["n_heads"],
+            n_kv_heads=moe["n_kv_heads"],
+            head_dim=head_dim,
+            moe_hidden_dim=moe["moe_hidden_dim"],
+            num_experts=moe["experts"],
+            top_k=moe["top_k"],
+            attn_backend="flex",  # replaced by use_sdpa(), as in the native recipe
+            moe_comm_backend="standard",  # no expert parallelism
+            rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=moe["max_seq_len"], theta=moe["rope_theta"]),
+        ),
+    )
+
+
+def count_parameters(model_config) -> int:
+    import torch
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in model_config.build().parameters())
+
+
+def qwen3_moe_reduced():
+    """torchtitan's qwen3_32b recipe with the reduced MoE in place of the 32B model, trained from random
+    init (there are no reduced weights to load) with the router's load recorded per step."""
+    from torchtitan.components.checkpoint import CheckpointManager
+    from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+    from torchtitan.models.common.config_utils import decoder_vocab_size
+    from torchtitan.models.qwen3 import model_registry
+    from torchtitan.models.qwen3.config_registry import qwen3_32b
+
+    from .titan_metrics import recording_router_load
+
+    recipe = load_recipe()
+    base = model_registry("30B-A3B")
+    model = reduced_moe_model(recipe["moe"])
+    use_sdpa(model)
+    config = qwen3_32b()
+    config.model_spec = dataclasses.replace(
+        base, flavor="30B-A3B-reduced", model=model,
+        post_optimizer_build_fn=recording_router_load(base.post_optimizer_build_fn, recipe["router_load_path"]),
+    )
+    config.loss = ChunkedLossWrapper.Config(
+        loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))
+    )
+    config = _shared(config, recipe)
+    config.checkpoint = CheckpointManager.Config(enable=False)
+    config.compile.enable = False  # eager, as the pilot specifies
+    return config

@@ -51,3 +51,50 @@ class JsonlMetricsProcessor(MetricsProcessor):
                 container.add_logger(self.logger)
                 self.logger = container
             self.logger.add_logger(JsonlLogger(os.path.join(dump_folder, METRICS_FILE)))
+
+
+ROUTER_LOAD_FILE = "router_load.jsonl"
+
+
+def recording_router_load(post_optimizer_build_fn, path: str):
+    """Wraps a ModelSpec's post_optimizer_build_fn: before torchtitan's load-balancing hook reads and
+    zeroes each MoE layer's `tokens_per_expert_E` in the optimizer's step pre-hook, sum it over all ranks
+    and let rank 0 append one line per step: {"step": n, "tokens_per_expert": [[per expert] per layer]}."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl
+
+    def build(optimizers, model_parts, parallel_dims):
+        steps = {"seen": 0}
+
+        def record(*_args, **_kwargs):
+            counts, balancing = [], []
+            for part in model_parts:
+                for block in part.get_submodule("layers").values():
+                    if getattr(block, "moe_enabled", False):
+                        local = block.moe.tokens_per_expert_E
+                        local = local.to_local() if hasattr(local, "to_local") else local
+                        # Activation checkpointing reruns the forward, counting every token twice; torchtitan's
+                        # own hook halves the counts in the same case.
+                        if getattr(block, "checkpoint_impl", None) is CheckpointImpl.NO_REENTRANT:
+                            local = local // 2
+                        counts.append(local)
+                        balancing.append(block.moe)
+            if not counts:
+                return
+            by_layer = torch.vstack(counts).detach().clone().to(torch.float64)
+            if dist.is_initialized():
+                dist.all_reduce(by_layer)  # tp = ep = 1: every rank routed its own tokens
+            steps["seen"] += 1
+            for moe in balancing:
+                if moe.load_balance_coeff is None:  # no torchtitan hook zeroes the counts then
+                    moe.tokens_per_expert_E.zero_()
+            if int(os.environ.get("RANK", "0")) == 0:
+                with open(path, "a") as handle:
+                    handle.write(json.dumps({"step": steps["seen"], "tokens_per_expert": by_layer.tolist()}) + "\n")
+
+        optimizers.register_step_pre_hook(record)
+        if post_optimizer_build_fn is not None:
+            post_optimizer_build_fn(optimizers, model_parts, parallel_dims)
+
+    return build

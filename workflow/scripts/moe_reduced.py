@@ -1,0 +1,20 @@
+from pathlib import Path
+
+from qwen3_pilot.moe import moe_stage
+from qwen3_pilot.stagelog import stage_log
+
+with stage_log(snakemake.log[0]):
+    moe_stage(
+        backend_config=snakemake.params.backend,
+        dataset=snakemake.params.dataset,
+        training=snakemake.params.training,
+        moe=snakemake.params.moe,
+        cache_root=snakemake.params.cache_root,
+        checkpoint_dir=Path(snakemake.input.checkpoint),
+        corpus_dir=Path(snakemake.input.corpus),
+        ranks_summary=Path(snakemake.input.ranks),
+        recipe_path=Path(snakemake.output.recipe),
+        run_dir=Path(snakemake.output.run),
+        summary_path=Path(snakemake.output.summary),
+        log_path=Path(snakemake.log[0]),
+    )
