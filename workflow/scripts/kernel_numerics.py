@@ -1,0 +1,14 @@
+from qwen3_pilot.stagelog import stage_log
+
+with stage_log(snakemake.log[0]) as log:
+    # Imported inside the log: the stage fixes inductor's cache folder before torch._dynamo is imported.
+    from qwen3_pilot.numerics import kernel_numerics_stage
+
+    kernel_numerics_stage(
+        backend_config=snakemake.params.backend,
+        settings=snakemake.params.settings,
+        cache_root=snakemake.params.cache_root,
+        results_path=snakemake.output.results,
+        summary_path=snakemake.output.summary,
+        log=log.info,
+    )

@@ -1,0 +1,197 @@
+"""RoPE as a custom op with the NKI Library `rope_hf` kernel's contract, and the module that puts it in
+place of torchtitan's RoPE.
+
+Where RoPE lives in torchtitan 0.3.0: `GQAttention.forward` calls `self.rope(xq, xk, positions)`, and
+`self.rope` is a `CosSinRoPE` module for every Qwen3 flavor (`torchtitan/models/common/rope.py`). That
+per-layer module ("layers.<i>.attention.rope") is the smallest thing that owns RoPE, so it is what gets
+replaced. Its cache is `[cos | sin]` of shape (max_seq_len, 2 x head_dim), built from
+`theta = cat(freqs, freqs)`, and `apply_rotary_emb` uses rotate_half (`cat(-x2, x1)`): the HF
+convention, the same one the NKI kernel implements ("y = [x1, x2] * cos + [-x2, x1] * sin"). So the
+cache's two halves are the kernel's cos and sin as they are; only the q/k layout differs.
+
+The op's contract (`qwen3_pilot::rope_hf`), that of `nkilib.core.embeddings.rope_hf.rope_hf`:
+  q (batch, q_heads, seq, head_dim), k (batch, kv_heads, seq, head_dim): HF layout, contiguous;
+  cos, sin (seq, head_dim) or (batch, seq, head_dim);
+  backward=False: (q * cos + rotate_half(q) * sin, same for k);
+  backward=True: the gradient of that map, g * cos + rotate_half_T(g * sin) with rotate_half_T(u) = [u2, -u1].
+  On neuron, seq must be a multiple of 128 x LNC (the kernel tiles seq in 128-row blocks per logical core).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from qwen3_pilot.config import NKI_ROPE_TILE
+
+OP_NAME = "qwen3_pilot::rope_hf"
+
+
+class SeqLenRuleError(ValueError):
+    pass
+
+
+def required_seq_multiple(lnc: int) -> int:
+    return NKI_ROPE_TILE * lnc
+
+
+def check_seq_len(seq_len: int, lnc: int | None) -> None:
+    """The NKI rope_hf kernel's sequence rule; `lnc=None` means no kernel rule applies (plain cpu run)."""
+    if lnc is None:
+        return
+    multiple = required_seq_multiple(lnc)
+    if seq_len % multiple:
+        raise SeqLenRuleError(
+            f"rope_hf: seq_len={seq_len} is not a multiple of {NKI_ROPE_TILE} x LNC = {NKI_ROPE_TILE} x {lnc} "
+            f"= {multiple}; the NKI rope_hf kernel splits the sequence across the {lnc} logical core(s) in "
+            f"blocks of {NKI_ROPE_TILE} rows (set training.seq_len to a multiple of {multiple})"
+        )
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_half_transposed(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x2, -x1), dim=-1)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backward: bool) -> torch.Tensor:
+    # cos/sin (seq, H) or (batch, seq, H) against x (batch, heads, seq, H): add the heads axis.
+    cos, sin = cos.unsqueeze(-3).float(), sin.unsqueeze(-3).float()
+    # float32 inside, like torchtitan's CosSinRoPE (query.float()), so bf16 inputs round once, at the end.
+    x = x.float()
+    return x * cos + (rotate_half_transposed(x * sin) if backward else rotate_half(x) * sin)
+
+
+@torch.library.custom_op(OP_NAME, mutates_args=())
+def rope_hf(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backward: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CPU (and any device without its own kernel): the HF-layout contract in plain PyTorch. Outputs are
+    fresh tensors, allocated here as the NKI kernel's destination-passing call needs them allocated by
+    its caller (a functional custom op cannot return a caller's buffer)."""
+    q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+    q_out.copy_(_rotate(q, cos, sin, backward))
+    k_out.copy_(_rotate(k, cos, sin, backward))
+    return q_out, k_out
+
+
+@rope_hf.register_fake
+def _rope_hf_fake(q, k, cos, sin, backward):
+    return torch.empty_like(q), torch.empty_like(k)
+
+
+def _rope_hf_setup_context(ctx, inputs, output):
+    _, _, cos, sin, backward = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.backward = backward
+
+
+def _rope_hf_backward(ctx, grad_q, grad_k):
+    # The rotation is linear in q and k: its gradient is the kernel's own backward mode on the same
+    # saved cos/sin (and the gradient of that is the forward mode again). cos/sin get no gradient:
+    # they are the fixed table.
+    cos, sin = ctx.saved_tensors
+    grad_q, grad_k = rope_hf(grad_q.contiguous(), grad_k.contiguous(), cos, sin, not ctx.backward)
+    return grad_q, grad_k, None, None, None
+
+
+rope_hf.register_autograd(_rope_hf_backward, setup_context=_rope_hf_setup_context)
+
+
+def register_neuron_kernel(lnc: int) -> None:
+    """Routes `qwen3_pilot::rope_hf` on neuron tensors to the NKI Library kernel. Call once per process on
+    a trn2 with the Neuron SDK, before the model runs; never called on the build machines.
+
+    Module name: `nkilib.core.embeddings.rope_hf.rope_hf`, the NKI Library kernel that neuronx-cc bundles
+    under the `nkilib` namespace (source: github.com/aws-neuron/nki-library,
+    src/nkilib_src/nkilib/core/embeddings/rope_hf.py). Assumptions not verified here: the device type
+    torch-neuronx registers is "neuron" (as backends/neuron.py says), and an `@nki.jit` kernel is launched
+    on LNC logical cores by subscripting it with the grid size (`kernel[lnc](...)`); the kernel itself
+    reads its shard id from the launch grid."""
+    from nkilib.core.embeddings.rope_hf import rope_hf as nki_rope_hf
+
+    def rope_hf_neuron(q, k, cos, sin, backward):
+        check_seq_len(q.shape[2], lnc)
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        # The kernel loads cos/sin tiles in q's dtype and addresses HBM with fixed strides.
+        cos, sin = cos.to(q.dtype).contiguous(), sin.to(q.dtype).contiguous()
+        nki_rope_hf[lnc](q, k, q_out, k_out, cos=cos, sin=sin, backward=backward)
+        return q_out, k_out
+
+    rope_hf.register_kernel("neuron")(rope_hf_neuron)
+
+
+def rope_titan_layout(
+    q_BLNH: torch.Tensor, k_BLNH: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, lnc: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchtitan's (batch, seq, heads, head_dim) in and out, the kernel's (batch, heads, seq, head_dim)
+    in between."""
+    check_seq_len(q_BLNH.shape[1], lnc)
+    # The kernel walks HBM with fixed strides, so it needs the HF layout materialised, not a view.
+    q_BNLH = q_BLNH.transpose(1, 2).contiguous()
+    k_BNLH = k_BLNH.transpose(1, 2).contiguous()
+    q_out, k_out = torch.ops.qwen3_pilot.rope_hf(q_BNLH, k_BNLH, cos, sin, False)
+    # Views back to (B, L, N, H): torchtitan's SDPA transposes to (B, N, L, H) again, which makes these
+    # contiguous there, so no copy on the way out.
+    return q_out.transpose(1, 2), k_out.transpose(1, 2)
+
+
+RopeApply = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+class HFLayoutRoPE(nn.Module):
+    """Takes the place of one attention layer's torchtitan `CosSinRoPE` (same call:
+    `(query, key, positions) -> (query, key)`) and rotates through `qwen3_pilot::rope_hf`.
+
+    The original module stays as the child `source`: it owns the cos/sin cache, and torchtitan's
+    `init_states` walks into plain modules' children, so the cache is still rebuilt after a meta-device
+    build. The cache is a non-persistent buffer, so the state dict does not change."""
+
+    def __init__(self, source: nn.Module, lnc: int | None = None, apply: RopeApply = rope_titan_layout):
+        super().__init__()
+        self.source = source
+        self.lnc = lnc
+        self.apply_rope = apply
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor | None = None):
+        cos, sin = self.cos_sin(query, positions)
+        return self.apply_rope(query, key, cos, sin, lnc=self.lnc)
+
+    def cos_sin(self, query: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(seq, head_dim) each, or (batch, seq, head_dim) for per-sample positions."""
+        head_dim, seq_len = query.shape[-1], query.shape[1]
+        cache = self.source.cache
+        if cache.shape[-1] != 2 * head_dim:
+            raise ValueError(
+                f"HFLayoutRoPE: cache width {cache.shape[-1]} is not 2 x head_dim = {2 * head_dim}; "
+                "only a CosSinRoPE [cos | sin] cache has the kernel's layout"
+            )
+        if positions is None:
+            rows = cache[:seq_len]
+        elif positions.shape[0] == 1:
+            rows = cache[positions[0]]
+        else:
+            rows = cache[positions]
+        return rows[..., :head_dim], rows[..., head_dim:]
+
+
+def rope_replacement_rule(lnc: int | None = None, apply: RopeApply = rope_titan_layout):
+    """Every transformer layer's attention RoPE, one per layer."""
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    from qwen3_pilot.replacement import ReplacementRule
+
+    return ReplacementRule(
+        name="rope_hf",
+        pattern="layers.*.attention.rope",
+        replacement_factory=lambda original: HFLayoutRoPE(original, lnc=lnc, apply=apply),
+        expected_count=lambda model: len(model.layers),
+        required_type=CosSinRoPE,
+        target="the CosSinRoPE of each transformer layer's attention, one per layer",
+    )

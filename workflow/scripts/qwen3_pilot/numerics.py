@@ -1,0 +1,685 @@
+"""The `kernel_numerics` stage's measurements: the RoPE custom op against torchtitan's own RoPE, the
+grouped-matmul experts against a per-expert loop, the NKI sequence-length rule, and tiny torchtitan Qwen3
+models (dense and MoE) trained with and without the kernel replacements, eager and under torch.compile.
+
+Every function returns plain JSON-serialisable data; `kernel_numerics(config)` runs them all and lists
+every check that failed under "problems". The implementations under test are parameters, so a test can
+hand in a wrong one and see the check fail.
+
+Config keys (`kernel_numerics`), each optional (DEFAULTS fills the rest):
+  lnc: the neuron LNC whose sequence rule the models and the rule check enforce
+  rope / moe: {shapes: [...], dtypes: ["float32", "bfloat16"], tolerances: {dtype: max abs diff}}
+  train: {steps, seed, batch, seq_len, lr, loss_tolerance, dense: {...sizes}, moe: {...sizes}}
+  compile: {backend: "auto" | "inductor" | "aot_eager" | "eager", models: ["dense", "moe"],
+            tolerances: {model: max abs diff}, cache_dir}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import math
+import os
+import tempfile
+import time
+from typing import Any, Callable, Iterator
+
+_log = logging.getLogger(__name__)
+
+DEFAULTS: dict[str, Any] = {
+    "lnc": 2,
+    "rope": {
+        # Seq lens are multiples of 256 (128 x LNC=2); the second shape is grouped-query (4 q heads per kv head).
+        "shapes": [
+            {"batch": 2, "seq": 256, "heads": 4, "kv_heads": 4, "head_dim": 64},
+            {"batch": 1, "seq": 512, "heads": 8, "kv_heads": 2, "head_dim": 128},
+            {"batch": 1, "seq": 256, "heads": 16, "kv_heads": 8, "head_dim": 128},
+        ],
+        "dtypes": ["float32", "bfloat16"],
+        # bfloat16: one ulp at |value| in [4, 8), the largest the unit-normal inputs reach; room for a kernel
+        # that rounds cos/sin to bfloat16 before it multiplies (the NKI kernel loads them in q's dtype).
+        "tolerances": {"float32": 1e-6, "bfloat16": 3.2e-2},
+        "theta": 1000000.0,
+    },
+    "moe": {
+        "shapes": [
+            {"tokens": 128, "dim": 64, "hidden": 32, "experts": 4},
+            {"tokens": 256, "dim": 128, "hidden": 64, "experts": 8},
+        ],
+        "dtypes": ["float32", "bfloat16"],
+        # float32: room for another summation order over dim/hidden; bfloat16: as for RoPE, values are unit-sized.
+        "tolerances": {"float32": 1e-5, "bfloat16": 3.2e-2},
+    },
+    "train": {
+        "steps": 4,
+        "seed": 0,
+        "batch": 2,
+        "seq_len": 256,
+        "lr": 1e-3,
+        "loss_tolerance": 1e-5,
+        "dense": {"layers": 2, "dim": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden": 128, "vocab": 256},
+        "moe": {
+            "layers": 2, "dim": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "vocab": 256,
+            "moe_hidden": 32, "experts": 4, "top_k": 2,
+        },
+    },
+    # Inductor fuses the MoE experts' bfloat16 casts away (it keeps float32 between ops), so the MoE
+    # model's compiled logits differ from eager by bfloat16 rounding; the dense model is float32 throughout.
+    # Only "dense" by default: inductor's cold build of each model takes 25-60 s on 2 cores.
+    "compile": {"backend": "auto", "models": ["dense"], "tolerances": {"dense": 1e-5, "moe": 1e-3}, "cache_dir": None},
+}
+
+
+def merged_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """DEFAULTS with `config` laid over it, section by section (a given list replaces the default list).
+    A key DEFAULTS does not have is refused with its path (config key kernel_numerics.<path>)."""
+    return _merged_section(DEFAULTS, config or {}, "kernel_numerics")
+
+
+def _merged_section(base: dict, override: dict, path: str) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if key not in base and not path.endswith("tolerances"):
+            raise ValueError(f"{path}.{key}: unknown key; expected one of {', '.join(sorted(base))}")
+        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
+        out[key] = _merged_section(base[key], value, f"{path}.{key}") if nested else value
+    return out
+
+
+# ---- comparison rows ----
+
+
+def max_abs_diff(actual, expected) -> float:
+    if actual.numel() == 0:
+        return 0.0
+    return float((actual.float() - expected.float()).abs().max())
+
+
+def comparison_row(op: str, dtype: str, shape, actual, expected, tolerance: float, **extra) -> dict[str, Any]:
+    diff = max_abs_diff(actual, expected)
+    # NaN compares false, so a NaN difference fails.
+    verdict = "pass" if diff <= tolerance else "fail"
+    return {"op": op, "dtype": dtype, "shape": list(shape), "max_abs_diff": diff, "tolerance": tolerance,
+            "verdict": verdict, **extra}
+
+
+def row_problems(section: str, rows: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{section}: {row['op']} {row['dtype']} shape {row['shape']}"
+        + (f" ({row['impl']} vs {row['reference']})" if "impl" in row else "")
+        + f": max abs diff {row['max_abs_diff']:.3g} > tolerance {row['tolerance']:.3g}"
+        for row in rows
+        if row["verdict"] != "pass"
+    ]
+
+
+def _dtype(name: str):
+    import torch
+
+    return getattr(torch, name)
+
+
+def _generator(seed: int):
+    import torch
+
+    return torch.Generator().manual_seed(seed)
+
+
+# ---- RoPE ----
+
+
+def rope_numerics(
+    shapes: list[dict[str, int]],
+    dtypes: list[str],
+    tolerances: dict[str, float],
+    rope_apply: Callable | None = None,
+    theta: float = 1000000.0,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """`HFLayoutRoPE` around `rope_apply` (default: the `qwen3_pilot::rope_hf` op in torchtitan layout)
+    against torchtitan's `CosSinRoPE`, forward outputs and input gradients for q and k."""
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    from qwen3_pilot.kernels.rope import HFLayoutRoPE, rope_titan_layout
+
+    rows = []
+    for shape in shapes:
+        reference = CosSinRoPE(CosSinRoPE.Config(dim=shape["head_dim"], max_seq_len=shape["seq"], theta=theta))
+        replaced = HFLayoutRoPE(copy.deepcopy(reference), apply=rope_apply or rope_titan_layout)
+        for dtype in dtypes:
+            inputs = _rope_inputs(shape, _dtype(dtype), seed)
+            expected = _rope_forward_backward(reference, *inputs)
+            actual = _rope_forward_backward(replaced, *inputs)
+            for op, got, want in zip(("rope_forward_q", "rope_forward_k", "rope_grad_q", "rope_grad_k"), actual, expected):
+                rows.append(comparison_row(op, dtype, want.shape, got, want, tolerances[dtype]))
+    return rows
+
+
+def _rope_inputs(shape: dict[str, int], dtype, seed: int):
+    import torch
+
+    generator = _generator(seed)
+    batch, seq, head_dim = shape["batch"], shape["seq"], shape["head_dim"]
+
+    def sample(heads):
+        return torch.randn(batch, seq, heads, head_dim, generator=generator).to(dtype)
+
+    q, k = sample(shape["heads"]), sample(shape["kv_heads"])
+    grad_q, grad_k = sample(shape["heads"]), sample(shape["kv_heads"])
+    return q, k, grad_q, grad_k
+
+
+def _rope_forward_backward(rope, q, k, grad_q, grad_k):
+    import torch
+
+    q, k = q.clone().requires_grad_(), k.clone().requires_grad_()
+    q_out, k_out = rope(q, k)
+    torch.autograd.backward((q_out, k_out), (grad_q, grad_k))
+    return q_out.detach(), k_out.detach(), q.grad, k.grad
+
+
+def seq_len_rule_check(lnc: int, good_seq_len: int | None = None, bad_seq_len: int | None = None) -> dict[str, Any]:
+    """Runs `HFLayoutRoPE` with the neuron rule on: a conforming seq len must pass, a bad one must raise."""
+    from qwen3_pilot.config import NKI_ROPE_TILE
+    from qwen3_pilot.kernels.rope import SeqLenRuleError, required_seq_multiple
+
+    multiple = required_seq_multiple(lnc)
+    good = good_seq_len or multiple
+    # At LNC > 1 the telling bad case is a multiple of 128 that is not one of 128 x LNC: a check of the
+    # tile alone would let it through.
+    bad = bad_seq_len or (multiple + NKI_ROPE_TILE if lnc > 1 else multiple + NKI_ROPE_TILE // 2)
+    outcomes = {}
+    for label, seq_len in (("good", good), ("bad", bad)):
+        try:
+            _rope_with_rule(seq_len, lnc)
+            outcomes[label] = {"seq_len": seq_len, "raised": False, "error": None}
+        except SeqLenRuleError as error:
+            outcomes[label] = {"seq_len": seq_len, "raised": True, "error": str(error)}
+    passed = not outcomes["good"]["raised"] and outcomes["bad"]["raised"]
+    return {"lnc": lnc, "required_multiple": multiple, **outcomes, "verdict": "pass" if passed else "fail"}
+
+
+def _rope_with_rule(seq_len: int, lnc: int) -> None:
+    import torch
+    from torchtitan.models.common.rope import CosSinRoPE
+
+    from qwen3_pilot.kernels.rope import HFLayoutRoPE
+
+    head_dim = 8
+    rope = HFLayoutRoPE(CosSinRoPE(CosSinRoPE.Config(dim=head_dim, max_seq_len=seq_len)), lnc=lnc)
+    x = torch.zeros(1, seq_len, 1, head_dim)
+    rope(x, x)
+
+
+def seq_len_rule_problems(check: dict[str, Any]) -> list[str]:
+    problems = []
+    if check["good"]["raised"]:
+        problems.append(f"seq_len_rule: seq_len={check['good']['seq_len']} conforms but raised: {check['good']['error']}")
+    if not check["bad"]["raised"]:
+        problems.append(
+            f"seq_len_rule: seq_len={check['bad']['seq_len']} is not a multiple of {check['required_multiple']} "
+            f"(128 x LNC={check['lnc']}) but did not raise"
+        )
+    return problems
+
+
+# ---- MoE experts ----
+
+
+def moe_numerics(
+    shapes: list[dict[str, int]],
+    dtypes: list[str],
+    tolerances: dict[str, float],
+    grouped_impl: Callable | None = None,
+    include_torchtitan: bool = True,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """`grouped_impl` (default: the grouped matmul) against the per-expert loop in each dtype, forward
+    output and gradients of x, w1, w2, w3; and, in bfloat16, torchtitan's own `GroupedExperts` too (it
+    computes in bfloat16 whatever its inputs are, so a float32 row of it would measure rounding)."""
+    from qwen3_pilot.kernels.moe import grouped_experts_swiglu, looped_experts_swiglu, torchtitan_grouped_experts
+
+    grouped_impl = grouped_impl or grouped_experts_swiglu
+    rows = []
+    for shape in shapes:
+        for dtype in dtypes:
+            torch_dtype = _dtype(dtype)
+            inputs = _moe_inputs(shape, torch_dtype, seed)
+            expected = _experts_forward_backward(looped_experts_swiglu, torch_dtype, *inputs)
+            candidates = [(_impl_name(grouped_impl), grouped_impl)]
+            if include_torchtitan and dtype == "bfloat16":
+                candidates.append(("torchtitan.GroupedExperts", torchtitan_grouped_experts))
+            for impl_name, impl in candidates:
+                actual = _experts_forward_backward(impl, torch_dtype, *inputs)
+                for op, got, want in zip(MOE_OPS, actual, expected):
+                    rows.append(comparison_row(op, dtype, want.shape, got, want, tolerances[dtype],
+                                               impl=impl_name, reference="looped_experts_swiglu"))
+    return rows
+
+
+MOE_OPS = ("moe_forward", "moe_grad_x", "moe_grad_w1", "moe_grad_w2", "moe_grad_w3")
+
+
+def _impl_name(impl: Callable) -> str:
+    return getattr(impl, "__name__", type(impl).__name__)
+
+
+def _moe_inputs(shape: dict[str, int], dtype, seed: int):
+    """Expert-sorted tokens and per-expert counts; the last expert gets no token, so an empty group is
+    always exercised. Weights scaled by fan-in so outputs and gradients stay near unit size in every
+    shape, which keeps one absolute tolerance meaningful across shapes."""
+    import torch
+
+    generator = _generator(seed)
+    tokens, dim, hidden, experts = shape["tokens"], shape["dim"], shape["hidden"], shape["experts"]
+    expert_ids = torch.randint(0, max(experts - 1, 1), (tokens,), generator=generator)
+    counts = torch.bincount(expert_ids, minlength=experts)
+    x = torch.randn(tokens, dim, generator=generator).to(dtype)
+    w1 = (torch.randn(experts, hidden, dim, generator=generator) * dim**-0.5).to(dtype)
+    w2 = (torch.randn(experts, dim, hidden, generator=generator) * hidden**-0.5).to(dtype)
+    w3 = (torch.randn(experts, hidden, dim, generator=generator) * dim**-0.5).to(dtype)
+    grad_out = (torch.randn(tokens, dim, generator=generator) * tokens**-0.5).to(dtype)
+    return x, counts, w1, w2, w3, grad_out
+
+
+def _experts_forward_backward(impl: Callable, compute_dtype, x, counts, w1, w2, w3, grad_out):
+    leaves = [t.clone().requires_grad_() for t in (x, w1, w2, w3)]
+    x_, w1_, w2_, w3_ = leaves
+    out = impl(x_, counts, w1_, w2_, w3_, compute_dtype=compute_dtype)
+    out.backward(grad_out)
+    return (out.detach(), *(leaf.grad for leaf in leaves))
+
+
+# ---- tiny models, trained with and without the replacements ----
+
+
+def tiny_qwen3_config(sizes: dict[str, int], seq_len: int, moe: bool):
+    """torchtitan's own Qwen3 builders at toy sizes, SDPA attention (flex attention has no backward on
+    CPU; the same swap as recipes.use_sdpa)."""
+    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.qwen3 import (
+        _EMBEDDING_INIT,
+        _LINEAR_INIT,
+        _build_qwen3_layers,
+        _build_qwen3_moe_layers,
+        _qwen3_norm,
+    )
+    from torchtitan.models.qwen3.model import Qwen3Model
+
+    dim, vocab, head_dim = sizes["dim"], sizes["vocab"], sizes["head_dim"]
+    common = dict(
+        n_layers=sizes["layers"], dim=dim, n_heads=sizes["heads"], n_kv_heads=sizes["kv_heads"], head_dim=head_dim,
+        attn_backend="flex", rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=seq_len, theta=1000000.0),
+    )
+    if moe:
+        layers = _build_qwen3_moe_layers(
+            **common, moe_hidden_dim=sizes["moe_hidden"], num_experts=sizes["experts"], top_k=sizes["top_k"],
+            moe_comm_backend="standard",
+        )
+    else:
+        layers = _build_qwen3_layers(**common, hidden_dim=sizes["hidden"])
+    for layer in layers:
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    return Qwen3Model.Config(
+        vocab_size=vocab, dim=dim, norm=_qwen3_norm(dim), enable_weight_tying=False,
+        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_LINEAR_INIT),
+        layers=layers,
+    )
+
+
+def build_tiny_model(sizes: dict[str, int], seq_len: int, moe: bool, seed: int):
+    import torch
+
+    torch.manual_seed(seed)
+    model = tiny_qwen3_config(sizes, seq_len, moe).build()
+    model.init_states()
+    return model
+
+
+def kernel_rules(lnc: int | None, moe: bool, rope_apply: Callable | None = None, experts_impl: Callable | None = None):
+    from qwen3_pilot.kernels.moe import grouped_experts_replacement_rule, grouped_experts_swiglu
+    from qwen3_pilot.kernels.rope import rope_replacement_rule, rope_titan_layout
+
+    rules = [rope_replacement_rule(lnc=lnc, apply=rope_apply or rope_titan_layout)]
+    if moe:
+        rules.append(grouped_experts_replacement_rule(experts_impl=experts_impl or grouped_experts_swiglu))
+    return rules
+
+
+def replaced_copy(model, lnc: int | None, moe: bool, log: Callable[[str], None], **impls):
+    """A deep copy of `model` with the kernel rules applied (the same weights), and the per-rule counts."""
+    from qwen3_pilot.replacement import apply_rules
+
+    replaced = copy.deepcopy(model)
+    counts = apply_rules(replaced, kernel_rules(lnc, moe, **impls), log=log)
+    return replaced, counts
+
+
+def token_batches(steps: int, batch: int, seq_len: int, vocab: int, seed: int):
+    """(inputs, labels) per step: random tokens, labels the inputs shifted by one."""
+    import torch
+
+    generator = _generator(seed + 1)
+    tokens = torch.randint(0, vocab, (steps, batch, seq_len + 1), generator=generator)
+    return [(step[:, :-1], step[:, 1:]) for step in tokens]
+
+
+def train_losses(model, batches, lr: float) -> list[float]:
+    import torch
+    import torch.nn.functional as F
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for inputs, labels in batches:
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten())
+        loss.backward()
+        loss = loss.detach()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses
+
+
+def replaced_model_trains(
+    train: dict[str, Any], lnc: int | None, log: Callable[[str], None] | None = None, **impls
+) -> dict[str, Any]:
+    """Per kind ("dense", "moe"): the same seed, weights and batches trained through torchtitan's modules
+    and through the replacements; per-step losses of both and their largest difference. Also returns
+    the replacement counts, and the built models for the compile check."""
+    log = log or _log.info
+    runs, counts, models = {}, {}, {}
+    for kind in ("dense", "moe"):
+        sizes = train[kind]
+        reference = build_tiny_model(sizes, train["seq_len"], kind == "moe", train["seed"])
+        replaced, counts[kind] = replaced_copy(reference, lnc, kind == "moe", log, **impls)
+        models[kind] = copy.deepcopy(replaced)
+        batches = token_batches(train["steps"], train["batch"], train["seq_len"], sizes["vocab"], train["seed"])
+        started = time.perf_counter()
+        reference_losses = train_losses(reference, batches, train["lr"])
+        replaced_losses = train_losses(replaced, batches, train["lr"])
+        runs[kind] = _loss_comparison(reference_losses, replaced_losses, train["loss_tolerance"])
+        runs[kind]["seconds"] = round(time.perf_counter() - started, 2)
+        log(f"{kind}: losses torchtitan {reference_losses} replaced {replaced_losses} "
+            f"(max abs diff {runs[kind]['max_abs_loss_diff']:.3g})")
+    return {"trains": runs, "replacement_counts": counts, "models": models}
+
+
+def _loss_comparison(reference: list[float], replaced: list[float], tolerance: float) -> dict[str, Any]:
+    diff = max(abs(a - b) for a, b in zip(reference, replaced))
+    finite = all(math.isfinite(x) for x in reference + replaced)
+    return {
+        "losses_reference": reference,
+        "losses_replaced": replaced,
+        "max_abs_loss_diff": diff,
+        "tolerance": tolerance,
+        "verdict": "pass" if finite and diff <= tolerance else "fail",
+    }
+
+
+def train_problems(trains: dict[str, Any]) -> list[str]:
+    return [
+        f"trains: {kind}: losses with replacements differ from torchtitan's by up to "
+        f"{run['max_abs_loss_diff']:.3g} > tolerance {run['tolerance']:.3g} "
+        f"({run['losses_reference']} vs {run['losses_replaced']})"
+        for kind, run in trains.items()
+        if run["verdict"] != "pass"
+    ]
+
+
+def count_problems(counts: dict[str, dict[str, int]], train: dict[str, Any]) -> list[str]:
+    """apply_rules already refuses a wrong count; this guards the figures that reach the report."""
+    problems = []
+    for kind, per_rule in counts.items():
+        layers = train[kind]["layers"]
+        for rule, count in per_rule.items():
+            if count != layers:
+                problems.append(
+                    f"replacement_counts: {kind}: rule {rule} replaced {count} modules, model has {layers} layers"
+                )
+    return problems
+
+
+# ---- torch.compile ----
+
+
+@contextlib.contextmanager
+def inductor_cache(cache_dir: str | None) -> Iterator[str]:
+    """Inductor's caches at `cache_dir` (or a temporary folder, removed afterwards) for the duration, so
+    nothing lands in the system temp folder's torchinductor_<user>.
+
+    Enter it before torchtitan is first imported: importing torch._dynamo (torchtitan does) creates the
+    cache folder and writes its path into TORCHINDUCTOR_CACHE_DIR, the default one if the variable is
+    unset then. The stage's environment should set the variable as well (backends.cache_env does)."""
+    previous_env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with contextlib.ExitStack() as stack:
+        path = str(cache_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="kernel_numerics_inductor_")))
+        os.makedirs(path, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+        stack.enter_context(_precompiled_headers_under(path))
+        try:
+            yield path
+        finally:
+            if previous_env is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous_env
+
+
+@contextlib.contextmanager
+def _precompiled_headers_under(path: str) -> Iterator[None]:
+    # Precompiled headers ignore TORCHINDUCTOR_CACHE_DIR: codecache fixes their folder under
+    # tempfile.gettempdir() when it is imported, so it is pointed into the cache folder here.
+    from torch._inductor import codecache
+
+    previous = codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR
+    codecache._HEADER_DIR = os.path.join(path, "precompiled_headers")
+    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
+    try:
+        yield
+    finally:
+        codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR = previous
+
+
+def compiled_matches_eager(model, inputs, backend: str, tolerance: float) -> dict[str, Any]:
+    """Forward and backward of `model` eagerly and under torch.compile(backend): logits and parameter
+    gradients compared."""
+    import torch
+
+    eager_logits, eager_grads = _logits_and_grads(copy.deepcopy(model), inputs)
+    torch._dynamo.reset()
+    compiled_model = copy.deepcopy(model)
+    started = time.perf_counter()
+    compiled_logits, compiled_grads = _logits_and_grads(torch.compile(compiled_model, backend=backend), inputs)
+    seconds = time.perf_counter() - started
+    logits_diff = max_abs_diff(compiled_logits, eager_logits)
+    grad_diff = max(max_abs_diff(compiled_grads[name], grad) for name, grad in eager_grads.items())
+    passed = logits_diff <= tolerance and grad_diff <= tolerance
+    return {
+        "backend": backend,
+        "logits_max_abs_diff": logits_diff,
+        "grad_max_abs_diff": grad_diff,
+        "tolerance": tolerance,
+        "seconds": round(seconds, 2),
+        "verdict": "pass" if passed else "fail",
+    }
+
+
+def _logits_and_grads(model, inputs):
+    logits = model(inputs)
+    # A fixed, non-uniform upstream gradient: a plain .sum() would hand torch._grouped_mm's backward an
+    # expanded zero-stride gradient, which it rejects on CPU.
+    weights = (logits.detach().float() + 1.0).sin()
+    (logits.float() * weights).mean().backward()
+    grads = {name: p.grad.detach().clone() for name, p in _unwrapped(model).named_parameters() if p.grad is not None}
+    return logits.detach(), grads
+
+
+def _unwrapped(model):
+    return getattr(model, "_orig_mod", model)
+
+
+def compile_check(
+    models: dict[str, Any], compile_config: dict[str, Any], inputs_for: Callable[[str], Any]
+) -> dict[str, Any]:
+    """The replaced models under torch.compile. backend "auto": inductor (needs a working C++ compiler),
+    falling back to aot_eager when inductor fails to build, with the reason recorded. Run it inside
+    `inductor_cache` (kernel_numerics does)."""
+    backend = compile_config["backend"]
+    results, fallback_reason = {}, None
+    for kind in compile_config["models"]:
+        model, inputs, tolerance = models[kind], inputs_for(kind), compile_config["tolerances"][kind]
+        if backend != "auto":
+            results[kind] = compiled_matches_eager(model, inputs, backend, tolerance)
+            continue
+        if fallback_reason is None:
+            try:
+                results[kind] = compiled_matches_eager(model, inputs, "inductor", tolerance)
+                continue
+            except Exception as error:  # a missing or broken C++ toolchain shows up as many error types
+                fallback_reason = f"inductor failed: {type(error).__name__}: {str(error)[:300]}"
+        results[kind] = compiled_matches_eager(model, inputs, "aot_eager", tolerance)
+    backends = sorted({result["backend"] for result in results.values()})
+    return {
+        "requested_backend": backend,
+        "backend": backends[0] if len(backends) == 1 else backends,
+        "fallback_reason": fallback_reason,
+        "cache_dir": compile_config.get("cache_dir") or "(temporary, removed)",
+        "models": results,
+    }
+
+
+def compile_problems(compile_result: dict[str, Any]) -> list[str]:
+    return [
+        f"compile: {kind} ({result['backend']}): compiled vs eager logits differ by {result['logits_max_abs_diff']:.3g}, "
+        f"gradients by {result['grad_max_abs_diff']:.3g} (tolerance {result['tolerance']:.3g})"
+        for kind, result in compile_result["models"].items()
+        if result["verdict"] != "pass"
+    ]
+
+
+# ---- the stage ----
+
+
+def kernel_numerics(config: dict[str, Any] | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Everything the stage measures; "problems" lists each failed check in words (empty: all passed)."""
+    config = merged_config(config)
+    # Before anything imports torchtitan (and with it torch._dynamo, which fixes the cache folder).
+    with inductor_cache(config["compile"].get("cache_dir")):
+        return _kernel_numerics(config, log or _log.info)
+
+
+def _kernel_numerics(config: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
+    lnc, train = config["lnc"], config["train"]
+    rope_cfg, moe_cfg = config["rope"], config["moe"]
+
+    rope_rows = rope_numerics(rope_cfg["shapes"], rope_cfg["dtypes"], rope_cfg["tolerances"], theta=rope_cfg["theta"])
+    log(f"rope: {len(rope_rows)} rows, largest diff per dtype {_largest_per_dtype(rope_rows)}")
+    moe_rows = moe_numerics(moe_cfg["shapes"], moe_cfg["dtypes"], moe_cfg["tolerances"])
+    log(f"moe: {len(moe_rows)} rows, largest diff per dtype {_largest_per_dtype(moe_rows)}")
+    rule = seq_len_rule_check(lnc)
+    log(f"seq_len rule at LNC={lnc}: {rule['verdict']} ({rule['bad']['error']})")
+    trained = replaced_model_trains(train, lnc, log=log)
+
+    batches = {
+        kind: token_batches(1, train["batch"], train["seq_len"], train[kind]["vocab"], train["seed"] + 100)[0][0]
+        for kind in ("dense", "moe")
+    }
+    compiled = compile_check(trained["models"], config["compile"], batches.__getitem__)
+    for kind, result in compiled["models"].items():
+        log(f"compile {kind} ({result['backend']}, {result['seconds']} s): "
+            f"logits diff {result['logits_max_abs_diff']:.3g}, grad diff {result['grad_max_abs_diff']:.3g}")
+
+    problems = (
+        row_problems("rope", rope_rows)
+        + row_problems("moe", moe_rows)
+        + seq_len_rule_problems(rule)
+        + count_problems(trained["replacement_counts"], train)
+        + train_problems(trained["trains"])
+        + compile_problems(compiled)
+    )
+    return {
+        "rope": rope_rows,
+        "moe": moe_rows,
+        "seq_len_rule": rule,
+        "replacement_counts": trained["replacement_counts"],
+        "trains": trained["trains"],
+        "compile": compiled,
+        "problems": problems,
+    }
+
+
+def _largest_per_dtype(rows: list[dict[str, Any]]) -> dict[str, float]:
+    largest: dict[str, float] = {}
+    for row in rows:
+        largest[row["dtype"]] = max(largest.get(row["dtype"], 0.0), row["max_abs_diff"])
+    return largest
+
+
+class NumericsError(RuntimeError):
+    pass
+
+
+def kernel_numerics_stage(
+    *, backend_config: dict[str, Any], settings: dict[str, Any], cache_root: str, results_path, summary_path, log=None
+) -> dict[str, Any]:
+    """Stage `kernel_numerics`. The harness runs on CPU tensors; on the neuron backend the NKI kernel
+    (kernels.rope.register_neuron_kernel) needs device tensors this harness does not make, so the stage
+    says that it did not run rather than report the CPU implementation's figures as the kernel's."""
+    import os
+    from pathlib import Path
+
+    from .artifacts import write_json
+    from .summary import StageSummary
+
+    backend = backend_config["backend"]
+    lnc = backend_config["neuron"]["lnc"]
+    if backend != "cpu":
+        summary = StageSummary(
+            stage="kernel_numerics", status="not_run", backend=backend,
+            notes=[f"not run on the {backend} backend: the numerics harness compares CPU tensors; running the NKI "
+                   "rope_hf kernel needs a device harness that this repository does not have yet"],
+            proves="Nothing on this backend.", does_not_prove="Anything about the NKI kernels.",
+        )
+        return summary.write(Path(summary_path))
+    cache_dir = str(Path(cache_root).resolve() / "torchinductor")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+    config = {**settings, "lnc": lnc, "compile": {**settings.get("compile", {}), "cache_dir": cache_dir}}
+    result = kernel_numerics(config, log=log)
+    write_json(Path(results_path), result)  # everything measured, kept for a failed run too
+    if result["problems"]:
+        raise NumericsError("kernel_numerics failed:\n  - " + "\n  - ".join(result["problems"]))
+    largest = {section: _largest_per_dtype(result[section]) for section in ("rope", "moe")}
+    summary = StageSummary(
+        stage="kernel_numerics",
+        status="pass",
+        backend=backend,
+        figures={
+            "numerics": [{"section": section, **row} for section in ("rope", "moe") for row in result[section]],
+            "largest_diff_per_dtype": largest,
+            "seq_len_rule": result["seq_len_rule"],
+            "replacement_counts": result["replacement_counts"],
+            "replaced_model_trains": result["trains"],
+            "compile": result["compile"],
+        },
+        proves=(
+            "The RoPE replacement (a PyTorch custom op with its own autograd, HF layout (batch, heads, seq, "
+            "head_dim) behind a wrapper that converts torchtitan's layout) matches torchtitan's RoPE in forward "
+            "and q/k gradients, and the grouped-matmul experts match a per-expert loop, in float32 and "
+            "bfloat16 over the shapes listed, within the tolerances listed; the replacement rules replaced "
+            "exactly one module per targeted layer; a model with them trains to the same losses as without "
+            "them; torch.compile on CPU gives the eager result; a seq len that breaks the kernel's "
+            f"multiple-of-128 x LNC={lnc} rule is refused with a clear error."
+        ),
+        does_not_prove=(
+            "Anything about the NKI kernels themselves: on this backend the replacement runs a PyTorch "
+            "implementation of the same HF-layout contract. A 0.0 difference holds for these shapes and dtypes "
+            "only; other shapes, dtypes or sequence lengths were not tested."
+        ),
+    )
+    summary.add_artifacts([Path(results_path)])
+    return summary.write(Path(summary_path))
