@@ -11,6 +11,9 @@ rule report:
         train_hf="results/train_hf/summary.json",
         train_native="results/train_native/summary.json",
         compare_recipes="results/compare_recipes/summary.json",
+        export_reload="results/export_reload/summary.json",
+        kernel_numerics="results/kernel_numerics/summary.json",
+        moe_reduced="results/moe_reduced/summary.json",
     output:
         html=report("results/report.html", caption="../workflow/report/report.rst", category="Pilot"),
         json="results/report.json",

@@ -83,3 +83,75 @@ rule compare_recipes:
         backend=BACKEND,
     script:
         "../workflow/scripts/compare_recipes.py"
+
+
+# Each recipe's HF export at its last step, completed and reloaded with transformers; runs on the host CPU.
+rule export_reload:
+    input:
+        stamps=pin_stamps("torch", "torchtitan", "safetensors", "tokenizers", "transformers"),
+        checkpoint="results/fetch_weights/checkpoint",
+        hf="results/train_hf/run",
+        native="results/train_native/run",
+        hf_summary="results/train_hf/summary.json",
+        native_summary="results/train_native/summary.json",
+    output:
+        hf=directory("results/export_reload/hf"),
+        native=directory("results/export_reload/native"),
+        summary="results/export_reload/summary.json",
+    log:
+        "logs/export_reload/export_reload.log",
+    conda:
+        SOFTWARE_ENV
+    params:
+        settings=config["export_reload"],
+        steps=config["training"]["steps"],
+        seed=config["training"]["seed"],
+        backend=BACKEND,
+    script:
+        "../workflow/scripts/export_reload.py"
+
+
+# The reduced MoE: Qwen3-30B-A3B's architecture, 4 layers, 64 experts, top-4, from random init.
+rule moe_reduced:
+    input:
+        **train_inputs("torch", "torchtitan", "tokenizers"),
+    output:
+        run=directory("results/moe_reduced/run"),
+        recipe="results/moe_reduced/recipe.json",
+        summary="results/moe_reduced/summary.json",
+    log:
+        "logs/moe_reduced/moe_reduced.log",
+    benchmark:
+        "benchmarks/moe_reduced.tsv"
+    conda:
+        SOFTWARE_ENV
+    params:
+        backend=get_backend_config(),
+        training=config["training"],
+        moe=config["moe"],
+        dataset=config["data"]["dataset"],
+        cache_root=CACHE_ROOT,
+    threads: workflow.cores
+    script:
+        "../workflow/scripts/moe_reduced.py"
+
+
+# RoPE and MoE-experts kernels against torchtitan's PyTorch modules; the replaced model trains and compiles.
+rule kernel_numerics:
+    input:
+        stamps=pin_stamps("torch", "torchtitan"),
+    output:
+        results="results/kernel_numerics/numerics.json",
+        summary="results/kernel_numerics/summary.json",
+    log:
+        "logs/kernel_numerics/kernel_numerics.log",
+    benchmark:
+        "benchmarks/kernel_numerics.tsv"
+    conda:
+        SOFTWARE_ENV
+    params:
+        backend=get_backend_config(),
+        settings=config["kernel_numerics"],
+        cache_root=CACHE_ROOT,
+    script:
+        "../workflow/scripts/kernel_numerics.py"

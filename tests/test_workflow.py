@@ -1,4 +1,4 @@
-"""End to end: the DAG built so far on a small cpu config, then the caching guarantees on that run."""
+"""End to end: the whole DAG on a small cpu config, its figures, then the caching guarantees on that run."""
 
 from __future__ import annotations
 
@@ -8,23 +8,9 @@ import sys
 import time
 
 import pytest
-from conftest import SHARED_CORPUS, SNAKEMAKE, make_workspace, output, planned_jobs, run_snakemake
+from conftest import SNAKEMAKE, output, planned_jobs, run_snakemake
 
 pytestmark = pytest.mark.e2e
-
-SMALL = {
-    "ranks": 2,
-    "data": {"path": str(SHARED_CORPUS)},
-    "fixture": {"steps": 120, "num_hidden_layers": 2},
-}
-
-
-@pytest.fixture(scope="module")
-def completed_run(tmp_path_factory):
-    ws = make_workspace(tmp_path_factory.mktemp("e2e") / "ws", SMALL)
-    result = run_snakemake(ws, "--cores", "2", "results/report.html")
-    assert result.returncode == 0, output(result)[-6000:]
-    return ws
 
 
 def report(ws):
@@ -33,11 +19,12 @@ def report(ws):
 
 def test_report_holds_every_built_stage_as_pass(completed_run):
     stages = {s["stage"]: s for s in report(completed_run)["stages"]}
-    for stage in ("pin_env", "fetch_corpus", "fixture_checkpoint", "fetch_weights", "verify_ranks"):
+    for stage in ("pin_env", "fetch_corpus", "fixture_checkpoint", "fetch_weights", "verify_ranks",
+                  "train_hf", "train_native", "compare_recipes", "export_reload", "kernel_numerics", "moe_reduced"):
         assert stages[stage]["status"] == "pass", stage
         assert stages[stage]["artifacts"], stage
         assert stages[stage]["proves"] and stages[stage]["does_not_prove"], stage
-    assert stages["train_native"]["status"] == "not_run"
+    assert stages["benchmark"]["status"] == "not_run"
     assert report(completed_run)["status"] == "incomplete"
     live = stages["verify_ranks"]["figures"]["live"]
     assert live["ranks_seen"] == 2 and live["dist_backend"] == "gloo"
@@ -51,10 +38,87 @@ def test_report_holds_every_built_stage_as_pass(completed_run):
     assert (completed_run / "results" / "report.html").stat().st_size > 1000
 
 
+@pytest.mark.parametrize("stage", ["train_native", "train_hf"])
+def test_training_stages_train_10_steps_from_the_fetched_weights(completed_run, stage):
+    figures = {s["stage"]: s for s in report(completed_run)["stages"]}[stage]["figures"]
+    assert figures["steps_trained"] == 10 and figures["ranks"] == 2
+    gate = figures["gate"]
+    assert gate["gap"] > 1.0, gate
+    low, high = gate["control_band"]
+    assert low <= gate["step1_loss_random_init"] <= high
+    steps = figures["steps"]
+    assert [s["step"] for s in steps] == list(range(1, 11))
+    for step in steps:
+        assert all(step[key] is not None and step[key] >= 0 for key in step), step
+    assert 0 < figures["mean_mfu_pct_after_step_1"] < 100
+    assert "measured" in figures["peak_flops_source"] and figures["peak_flops_per_rank"] > 0
+    parity = {row["field"]: row["verdict"] for row in figures["parity"]}
+    assert set(parity) >= {"vocab_size", "head_dim", "rope_theta", "rms_norm_eps", "max_position_embeddings"}
+    assert parity["rope_theta"] == "match" and parity["head_dim"] == "match"
+    export = completed_run / figures["export_dir"]
+    assert any(p.suffix == ".safetensors" for p in export.iterdir())
+    metrics = (completed_run / "results" / stage / "run" / "metrics.jsonl").read_text().splitlines()
+    assert len(metrics) == 10
+
+
+def test_the_two_recipes_agree_on_step_1(completed_run):
+    figures = {s["stage"]: s for s in report(completed_run)["stages"]}["compare_recipes"]["figures"]
+    assert figures["abs_difference"] <= figures["tolerance"]
+
+
+def stage_figures(ws, stage):
+    return {s["stage"]: s for s in report(ws)["stages"]}[stage]["figures"]
+
+
+def test_both_exports_reload_with_transformers_and_match_torchtitan(completed_run):
+    figures = stage_figures(completed_run, "export_reload")
+    for recipe in ("hf", "native"):
+        export = figures[recipe]
+        assert export["tie_word_embeddings"] and export["lm_head_shares_embedding_storage"]
+        logits = export["logits_vs_torchtitan"]
+        assert logits["max_abs_diff"] <= logits["tolerance"] and logits["argmax_agreement"] == 1.0
+        assert export["max_change_from_fetched"] > 0
+        assert export["generation"]["new_tokens"] > 0
+        folder = completed_run / "results" / "export_reload" / recipe
+        assert (folder / "config.json").exists() and (folder / "tokenizer.json").exists()
+        assert not (folder / "sharded").exists()
+    assert figures["recipes_agree"]["same_keys_and_dtypes"]
+
+
+def test_kernel_numerics_table_counts_and_training(completed_run):
+    figures = stage_figures(completed_run, "kernel_numerics")
+    rows = figures["numerics"]
+    assert {row["dtype"] for row in rows} == {"float32", "bfloat16"}
+    assert {row["section"] for row in rows} == {"rope", "moe"}
+    for row in rows:
+        assert {"op", "dtype", "shape", "max_abs_diff", "tolerance"} <= set(row)
+        assert row["max_abs_diff"] <= row["tolerance"], row
+    assert figures["replacement_counts"]["dense"]["rope_hf"] > 0
+    assert figures["seq_len_rule"]["bad"]["raised"]
+    for trained in figures["replaced_model_trains"].values():
+        assert trained["max_abs_loss_diff"] <= trained["tolerance"]
+
+
+def test_moe_reduced_counts_parameters_and_router_load(completed_run):
+    stage = {s["stage"]: s for s in report(completed_run)["stages"]}["moe_reduced"]
+    figures = stage["figures"]
+    assert figures["full_width_parameters"] == 1_906_330_624
+    assert figures["model"]["layers"] == 4 and figures["model"]["experts"] == 64 and figures["model"]["top_k"] == 4
+    assert figures["steps_trained"] == 10
+    load = figures["router_load"]
+    assert load["steps_recorded"] == 10 and len(load["per_layer"]) == 4
+    for layer in load["per_layer"]:
+        assert len(layer["tokens_per_expert"]) == 64 and layer["max_over_mean"] >= 1.0
+    assert "not a Qwen3-30B-A3B training result" in stage["notes"][0]
+
+
 def test_one_log_per_job(completed_run):
     logs = {p.relative_to(completed_run / "logs").as_posix() for p in (completed_run / "logs").rglob("*.log")}
     for expected in ("fetch_corpus/fetch_corpus.log", "verify_ranks/verify_ranks.log", "pin_env/torch.log",
-                     "fetch_weights/fetch_weights.log", "report/report.log"):
+                     "fetch_weights/fetch_weights.log", "report/report.log", "train_native/train_native.log",
+                     "train_hf/train_hf.log", "compare_recipes/compare_recipes.log",
+                     "export_reload/export_reload.log", "kernel_numerics/kernel_numerics.log",
+                     "moe_reduced/moe_reduced.log"):
         assert expected in logs
 
 
@@ -94,6 +158,8 @@ def test_a_transformers_bump_reruns_only_what_uses_transformers(completed_run):
     finally:
         restore()
     assert jobs.get("pin_package") == 1
+    assert jobs.get("train_hf") == 1 and jobs.get("export_reload") == 1
+    assert "train_native" not in jobs and "kernel_numerics" not in jobs and "moe_reduced" not in jobs
     assert "verify_ranks" not in jobs
     assert "fixture_checkpoint" not in jobs and "fetch_weights" not in jobs
 
@@ -106,4 +172,6 @@ def test_a_torch_bump_reruns_verify_ranks_but_not_the_fixture(completed_run):
         restore()
     assert jobs.get("pin_package") == 1
     assert jobs.get("verify_ranks") == 1
+    assert jobs.get("train_hf") == 1 and jobs.get("train_native") == 1
+    assert jobs.get("kernel_numerics") == 1 and jobs.get("moe_reduced") == 1
     assert "fixture_checkpoint" not in jobs and "fetch_weights" not in jobs
