@@ -39,22 +39,13 @@ def _parity_out(recipe: dict[str, Any]) -> Path | None:
 # ---- native: torchtitan's own Qwen3 model, sized from config.json ----
 
 
-def native_model_from_checkpoint(hf: dict[str, Any]):
-    """A torchtitan Qwen3Model.Config with every size taken from the checkpoint's config values
-    (`parity.checkpoint_values`), built with torchtitan's own Qwen3 builders."""
-    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
-    from torchtitan.models.common.nn_modules import RMSNorm
-    from torchtitan.models.qwen3 import (
-        _EMBEDDING_INIT,
-        _EMBEDDING_SKIP_INIT,
-        _LINEAR_INIT,
-        _build_qwen3_layers,
-        _qwen3_norm,
-    )
+def qwen3_decoder(*, dim: int, vocab: int, tied: bool, layers: list):
+    """torchtitan's Qwen3Model.Config around a list of block configs, initialised as torchtitan's flavors are."""
+    from torchtitan.models.common import Embedding, Linear
+    from torchtitan.models.qwen3 import _EMBEDDING_INIT, _EMBEDDING_SKIP_INIT, _LINEAR_INIT, _qwen3_norm
     from torchtitan.models.qwen3.model import Qwen3Model
 
-    dim, vocab, head_dim, tied = hf["hidden_size"], hf["vocab_size"], hf["head_dim"], hf["tie_word_embeddings"]
-    model = Qwen3Model.Config(
+    return Qwen3Model.Config(
         vocab_size=vocab,
         dim=dim,
         norm=_qwen3_norm(dim),
@@ -63,6 +54,22 @@ def native_model_from_checkpoint(hf: dict[str, Any]):
             num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_SKIP_INIT if tied else _EMBEDDING_INIT
         ),
         lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_LINEAR_INIT),
+        layers=layers,
+    )
+
+
+def native_model_from_checkpoint(hf: dict[str, Any]):
+    """A torchtitan Qwen3Model.Config with every size taken from the checkpoint's config values
+    (`parity.checkpoint_values`), built with torchtitan's own Qwen3 builders."""
+    from torchtitan.models.common import CosSinRoPE
+    from torchtitan.models.common.nn_modules import RMSNorm
+    from torchtitan.models.qwen3 import _build_qwen3_layers
+
+    dim, head_dim = hf["hidden_size"], hf["head_dim"]
+    model = qwen3_decoder(
+        dim=dim,
+        vocab=hf["vocab_size"],
+        tied=hf["tie_word_embeddings"],
         layers=_build_qwen3_layers(
             fuse_qkv=True,
             n_layers=hf["num_hidden_layers"],
@@ -265,17 +272,14 @@ def qwen3_hf():
 def reduced_moe_model(moe: dict[str, Any]):
     """Qwen3-30B-A3B's block (GQA with q/k norm, softmax top-k router with route norm, no shared experts,
     untied head) built with torchtitan's MoE builder at the widths and counts the config gives."""
-    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
-    from torchtitan.models.qwen3 import _EMBEDDING_INIT, _LINEAR_INIT, _build_qwen3_moe_layers, _qwen3_norm
-    from torchtitan.models.qwen3.model import Qwen3Model
+    from torchtitan.models.common import CosSinRoPE
+    from torchtitan.models.qwen3 import _build_qwen3_moe_layers
 
-    dim, vocab, head_dim = moe["dim"], moe["vocab_size"], moe["head_dim"]
-    return Qwen3Model.Config(
-        vocab_size=vocab,
+    dim, head_dim = moe["dim"], moe["head_dim"]
+    return qwen3_decoder(
         dim=dim,
-        norm=_qwen3_norm(dim),
-        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
-        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_LINEAR_INIT),
+        vocab=moe["vocab_size"],
+        tied=False,
         layers=_build_qwen3_moe_layers(
             fuse_qkv=True,
             n_layers=moe["layers"],

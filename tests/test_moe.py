@@ -1,0 +1,54 @@
+"""moe_reduced's torch-free checks: the router load table and its routing-count rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qwen3_pilot.moe import router_load
+
+
+def write_load(path, steps):
+    path.write_text("".join(json.dumps({"step": i + 1, "tokens_per_expert": layers}) + "\n" for i, layers in enumerate(steps)))
+    return path
+
+
+def test_router_load_sums_steps_per_layer_with_the_max_over_mean(tmp_path):
+    path = write_load(tmp_path / "load.jsonl", [[[3, 1, 0, 0], [1, 1, 1, 1]], [[1, 1, 0, 2], [2, 0, 1, 1]]])
+    load, problems = router_load(path, tokens_per_step=2, top_k=2)
+    assert problems == []
+    first, second = load["per_layer"]
+    assert first["tokens_per_expert"] == [4, 2, 0, 2] and first["tokens_routed"] == 8
+    assert first["max_over_mean"] == pytest.approx(2.0) and first["experts_unused"] == 1
+    assert second["max_over_mean"] == pytest.approx(1.5) and load["steps_recorded"] == 2
+
+
+def test_router_load_names_a_step_that_routed_the_wrong_number_of_tokens(tmp_path):
+    path = write_load(tmp_path / "load.jsonl", [[[4, 4, 0, 0]]])  # counted twice, as under recomputation
+    _, problems = router_load(path, tokens_per_step=2, top_k=2)
+    assert problems == ["step 1 layer 0: 8 routings, expected 2 tokens x top_k 2 = 4"]
+
+
+def test_no_router_load_is_a_problem(tmp_path):
+    assert router_load(tmp_path / "missing.jsonl", 2, 2)[1] == [f"{tmp_path / 'missing.jsonl'}: no router load was recorded"]
+
+
+def test_the_full_width_reduced_spec_has_the_published_parameter_count():
+    from qwen3_pilot.moe import model_spec
+    from qwen3_pilot.recipes import count_parameters, reduced_moe_model
+
+    moe = {"layers": 4, "experts": 64, "top_k": 4, "rope_theta": 1e6}
+    width = {"dim": 2048, "n_heads": 32, "n_kv_heads": 4, "head_dim": 128, "moe_hidden_dim": 768}
+    assert count_parameters(reduced_moe_model(model_spec(moe, width, 151936, 4096))) == 1_906_330_624
+    assert count_parameters(reduced_moe_model(model_spec({**moe, "experts": 128}, width, 151936, 4096))) > 1_906_330_624
+
+
+def test_kernel_numerics_says_it_did_not_run_on_neuron(tmp_path):
+    from qwen3_pilot.numerics import kernel_numerics_stage
+
+    summary = kernel_numerics_stage(
+        backend_config={"backend": "neuron", "ranks": 64, "neuron": {"lnc": 2}}, settings={}, cache_root=str(tmp_path),
+        results_path=tmp_path / "numerics.json", summary_path=tmp_path / "summary.json",
+    )
+    assert summary["status"] == "not_run" and "not run on the neuron backend" in summary["notes"][0]
