@@ -57,3 +57,21 @@ def get_weights_cache():
 def get_backend_config():
     """The keys a backend is built from; rules pass only these, so other config edits leave them cached."""
     return {key: config[key] for key in ("backend", "ranks", "neuron")}
+
+
+# Training stages: what every torchrun stage reads, and the pins each recipe depends on.
+def train_inputs(*packages):
+    return {
+        "stamps": pin_stamps(*packages),
+        "checkpoint": "results/fetch_weights/checkpoint",
+        "weights": "results/fetch_weights/summary.json",
+        "corpus": "results/fetch_corpus/c4_test",
+        "ranks": "results/verify_ranks/summary.json",
+    }
+
+
+TRAIN_PACKAGES = {
+    # The native recipe loads safetensors through torchtitan's state-dict adapter; no transformers.
+    "train_native": ("torch", "torchtitan", "safetensors", "tokenizers"),
+    "train_hf": ("torch", "torchtitan", "safetensors", "tokenizers", "transformers"),
+}

@@ -1,22 +1,6 @@
-# Stages train_hf and train_native: torchtitan's trainer on both 4B recipes, from the fetched weights,
-# each with a random-init control on the same batch; then the two recipes' step-1 losses compared.
-
-
-def train_inputs(*packages):
-    return {
-        "stamps": pin_stamps(*packages),
-        "checkpoint": "results/fetch_weights/checkpoint",
-        "weights": "results/fetch_weights/summary.json",
-        "corpus": "results/fetch_corpus/c4_test",
-        "ranks": "results/verify_ranks/summary.json",
-    }
-
-
-TRAIN_PACKAGES = {
-    # The native recipe loads safetensors through torchtitan's state-dict adapter; no transformers.
-    "train_native": ("torch", "torchtitan", "safetensors", "tokenizers"),
-    "train_hf": ("torch", "torchtitan", "safetensors", "tokenizers", "transformers"),
-}
+# Training and what is checked on it: train_hf and train_native (torchtitan's trainer on both 4B recipes,
+# from the fetched weights, each with a random-init control on the same batch), compare_recipes,
+# export_reload, kernel_numerics and moe_reduced.
 
 
 rule train_hf:
