@@ -13,6 +13,9 @@ import traceback
 from pathlib import Path
 from typing import Iterator
 
+from .backends import keep_compiler_caches_in_project
+
+CACHE_ROOT = ".cache"  # rules/common.smk's CACHE_ROOT, relative to the workflow's directory
 log = logging.getLogger("qwen3_pilot")
 
 
@@ -20,6 +23,7 @@ log = logging.getLogger("qwen3_pilot")
 def stage_log(path: str | Path) -> Iterator[logging.Logger]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    keep_compiler_caches_in_project(str(Path(CACHE_ROOT).resolve()))
     console = sys.stderr
     with open(path, "a", buffering=1) as handle, contextlib.redirect_stdout(handle), contextlib.redirect_stderr(handle):
         logging.basicConfig(

@@ -6,6 +6,8 @@ launcher environment, topology, system versions) lives in that backend's module.
 
 from __future__ import annotations
 
+import os
+
 import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -47,6 +49,16 @@ def backend_module(name: str):
 
 def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
     return backend_module(config["backend"]).make_backend(config, cache_root)
+
+
+# Compiler caches that importing torch._dynamo (torchtitan does) would otherwise create in the system temp folder.
+COMPILER_CACHE_KEYS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR")
+
+
+def keep_compiler_caches_in_project(cache_root: str) -> None:
+    """For a stage's own process (torchrun's ranks get the whole cache_env from the launcher)."""
+    for key in COMPILER_CACHE_KEYS:
+        os.environ.setdefault(key, cache_env(cache_root)[key])
 
 
 def cache_env(cache_root: str) -> dict[str, str]:
