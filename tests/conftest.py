@@ -16,6 +16,10 @@ SHARED_CORPUS = PROJECT.parent / "shared" / "data" / "tinyshakespeare" / "input.
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "workflow")
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
+# Collecting the tests imports torchtitan, and with it torch._dynamo, which creates its cache folder in the
+# system temp folder unless told otherwise; the stages keep theirs under .cache/ (backends.cache_env).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(PROJECT / ".cache" / "torchinductor"))
+
 
 def make_workspace(root: Path, overlay: dict | None = None) -> Path:
     """Copies the workflow (not its results) into `root`; `overlay` is written as config/test.yaml."""
