@@ -74,3 +74,14 @@ def test_overall_status():
 def test_unknown_status_is_refused():
     with pytest.raises(ValueError, match="status 'passed' is not one of"):
         StageSummary(stage="x", status="passed", backend="cpu")
+
+
+def test_the_report_is_readable_by_others(tmp_path):
+    import os
+
+    previous = os.umask(0o022)
+    try:
+        build(tmp_path, {})
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o644

@@ -59,6 +59,12 @@ def write_json(path: Path, payload: Any) -> None:
     write_text(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_text(path: Path, text: str) -> None:
     """Writes to a temp file beside `path`, then renames it into place."""
     path = Path(path)
@@ -67,6 +73,7 @@ def write_text(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is meant to be read by others
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
