@@ -85,3 +85,12 @@ def test_the_report_is_readable_by_others(tmp_path):
     finally:
         os.umask(previous)
     assert (tmp_path / "report.html").stat().st_mode & 0o777 == 0o644
+
+
+def test_stages_with_steps_get_a_loss_plot(tmp_path):
+    steps = [{"step": 1, "loss": 5.6}, {"step": 2, "loss": 5.5}]
+    build(tmp_path, {"train_native": write_summary(tmp_path, "train_native", figures={"steps": steps})})
+    html = (tmp_path / "report.html").read_text()
+    assert '<img alt="per-step loss of the training stages" src="data:image/png;base64,iVBOR' in html
+    build(tmp_path, {})
+    assert "data:image/png" not in (tmp_path / "report.html").read_text()

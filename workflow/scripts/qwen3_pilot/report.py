@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import io
+
 import json
 import subprocess
 from pathlib import Path
@@ -104,6 +107,33 @@ def build_report(
     return report
 
 
+def loss_curves_png(stages: list[dict[str, Any]]) -> str | None:
+    """Per-step loss of every stage that logged steps, as a base64 PNG (an <img> data URI carries no
+    markup into the page, unlike inline SVG); None when no stage logged any."""
+    curves = {s["stage"]: s["figures"]["steps"] for s in stages
+              if s["status"] == "pass" and isinstance(s["figures"].get("steps"), list) and s["figures"]["steps"]}
+    if not curves:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 3.5), dpi=100)
+    for stage, steps in curves.items():
+        axes.plot([s["step"] for s in steps], [s["loss"] for s in steps], marker="o", label=stage)
+    axes.set_xlabel("step")
+    axes.set_ylabel("loss (nats)")
+    axes.set_title("Per-step loss from torchtitan's metrics")
+    axes.legend()
+    axes.grid(alpha=0.3)
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
 def render_html(report: dict[str, Any]) -> str:
     import jinja2
 
@@ -115,4 +145,4 @@ def render_html(report: dict[str, Any]) -> str:
     env.filters["compact"] = lambda value: value if isinstance(value, str) else json.dumps(value, default=str)
     # A figure that is a list of records (a parity table, per-step metrics) is shown as a table.
     env.tests["records"] = lambda value: isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-    return env.get_template("report.html.j2").render(report=report)
+    return env.get_template("report.html.j2").render(report=report, loss_curves=loss_curves_png(report["stages"]))
