@@ -15,14 +15,13 @@ from .training import (
     CONFIG_FUNCTIONS,
     METRICS_FILE,
     TrainingError,
-    check_steps,
-    launch,
-    launch_failure,
-    read_steps,
+    launch_and_read,
+    ranks_peak_flops,
+    usable_backend,
     write_recipe,
 )
 
-ROUTER_LOAD_FILE = "router_load.jsonl"  # titan_metrics.ROUTER_LOAD_FILE (that module imports torchtitan)
+ROUTER_LOAD_FILE = "router_load.jsonl"  # written by titan_metrics.recording_router_load, at the recipe's path
 STAGE = "moe_reduced"
 
 
@@ -67,13 +66,10 @@ def moe_stage(
     checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
     summary_path: Path, log_path: Path,
 ) -> dict[str, Any]:
-    from .backends import make_backend
     from .recipes import count_parameters, reduced_moe_model
     from .summary import StageSummary
 
-    backend = make_backend(backend_config, str(Path(cache_root).resolve()))
-    if backend.unavailable_reason:
-        raise TrainingError(f"{STAGE}: the {backend.name} backend cannot run here: {backend.unavailable_reason}")
+    backend = usable_backend(STAGE, backend_config, cache_root)
     # The tokenizer comes with the fetched checkpoint, so the vocabulary does too.
     vocab_size = read_checkpoint_values(checkpoint_dir)["vocab_size"]
     trained_spec = model_spec(moe, moe["width"], vocab_size, training["seq_len"])
@@ -85,19 +81,16 @@ def moe_stage(
         raise TrainingError(f"{STAGE}: the full-width reduced spec has {full_params:,} parameters; "
                             f"moe.full_width.expected_params = {full['expected_params']:,}")
     trained_params = count_parameters(reduced_moe_model(trained_spec))
-    peak = json.loads(ranks_summary.read_text())["figures"]["live"]["peak_flops_per_rank"]
+    parity_path = recipe_path.with_name("parity.json")  # unused by this recipe; launch_failure looks for it
     write_recipe(
         recipe_path, stage=STAGE, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
-        training=training, peak_flops_per_rank=peak, parity_path=recipe_path.with_name("parity.json"),
+        training=training, peak_flops_per_rank=ranks_peak_flops(ranks_summary), parity_path=parity_path,
         moe=trained_spec, router_load_path=str((run_dir / ROUTER_LOAD_FILE).resolve()),
     )
-    log_offset = log_path.stat().st_size if log_path.exists() else 0
-    run = launch(backend, nproc=backend.expected_ranks, config_function=CONFIG_FUNCTIONS[STAGE],
-                 recipe_path=recipe_path, run_dir=run_dir, log_path=log_path)
-    if run.returncode != 0:
-        raise launch_failure(STAGE, run, log_path, log_offset, recipe_path.with_name("parity.json"))
-    steps = read_steps(run_dir / METRICS_FILE)
-    check_steps(steps, training["steps"], run_dir / METRICS_FILE)
+    run, steps = launch_and_read(
+        STAGE, backend, config_function=CONFIG_FUNCTIONS[STAGE], recipe_path=recipe_path, run_dir=run_dir,
+        log_path=log_path, parity_path=parity_path, expected_steps=training["steps"],
+    )
     load, problems = router_load(run_dir / ROUTER_LOAD_FILE, training["global_batch_size"] * training["seq_len"],
                                  moe["top_k"])
     if problems:

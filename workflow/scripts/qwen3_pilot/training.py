@@ -28,7 +28,7 @@ CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe
 CONTROL_OVERRIDES = ("--checkpoint.no-enable", "--training.steps", "1")
 LAUNCH_RECORD = "launch.json"
 PID_FILE = "launcher.pid"
-METRICS_FILE = "metrics.jsonl"  # titan_metrics.METRICS_FILE (that module imports torchtitan)
+METRICS_FILE = "metrics.jsonl"  # written by titan_metrics.JsonlLogger in the trainer processes
 
 # torchtitan's metric names -> the names in the stage's per-step table.
 STEP_METRICS = {
@@ -237,9 +237,45 @@ def loaded_weights_gate(loaded: float, control: float, vocab_size: int, gate: di
     return figures, problems
 
 
+def export_dir(run_dir: Path, steps: int) -> Path:
+    """Where torchtitan's last_save_in_hf writes the Hugging Face export of step `steps`."""
+    return run_dir / "checkpoint" / f"step-{steps}"
+
+
 def export_files(run_dir: Path, steps: int) -> list[Path]:
-    export = run_dir / "checkpoint" / f"step-{steps}"
-    return sorted(p for p in export.glob("*") if p.is_file())
+    return sorted(p for p in export_dir(run_dir, steps).glob("*") if p.is_file())
+
+
+def usable_backend(stage: str, backend_config: dict[str, Any], cache_root: str) -> Backend:
+    """The backend a torchrun stage launches on; refused before any work when it cannot run here."""
+    from .backends import make_backend
+
+    backend = make_backend(backend_config, str(Path(cache_root).resolve()))
+    if backend.unavailable_reason:
+        raise TrainingError(f"{stage}: the {backend.name} backend cannot run here: {backend.unavailable_reason}")
+    return backend
+
+
+def ranks_peak_flops(ranks_summary: Path) -> float:
+    """MFU's denominator, as verify_ranks recorded it."""
+    return json.loads(ranks_summary.read_text())["figures"]["live"]["peak_flops_per_rank"]
+
+
+def launch_and_read(
+    what: str, backend: Backend, *, config_function: str, recipe_path: Path, run_dir: Path, log_path: Path,
+    parity_path: Path, expected_steps: int, overrides: tuple[str, ...] = (),
+) -> tuple[Launch, list[dict[str, Any]]]:
+    """One launch on every rank, failed with its reason, and its per-step metrics checked."""
+    log_offset = log_path.stat().st_size if log_path.exists() else 0
+    run = launch(
+        backend, nproc=backend.expected_ranks, config_function=config_function, recipe_path=recipe_path,
+        run_dir=run_dir, log_path=log_path, overrides=overrides,
+    )
+    if run.returncode != 0:
+        raise launch_failure(what, run, log_path, log_offset, parity_path)
+    steps = read_steps(run_dir / METRICS_FILE)
+    check_steps(steps, expected_steps, run_dir / METRICS_FILE)
+    return run, steps
 
 
 def train_stage(
@@ -247,36 +283,27 @@ def train_stage(
     checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
     control_dir: Path, summary_path: Path, log_path: Path,
 ) -> dict[str, Any]:
-    from .backends import make_backend
     from .summary import StageSummary
 
-    backend = make_backend(backend_config, str(Path(cache_root).resolve()))
-    if backend.unavailable_reason:
-        raise TrainingError(f"{stage}: the {backend.name} backend cannot run here: {backend.unavailable_reason}")
+    backend = usable_backend(stage, backend_config, cache_root)
     checkpoint = read_checkpoint_values(checkpoint_dir)  # config.json problems fail before any launch
-    peak = json.loads(ranks_summary.read_text())["figures"]["live"]["peak_flops_per_rank"]
+    peak = ranks_peak_flops(ranks_summary)
     parity_path = recipe_path.with_name("parity.json")
     parity_path.unlink(missing_ok=True)
     write_recipe(
         recipe_path, stage=stage, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir,
         dataset=dataset, training=training, peak_flops_per_rank=peak, parity_path=parity_path,
     )
-    config_function = CONFIG_FUNCTIONS[stage]
     runs: dict[str, Launch] = {}
     steps: dict[str, list[dict[str, Any]]] = {}
     for name, folder, overrides, expected in (
         ("fetched weights", run_dir, (), training["steps"]),
         ("random-init control", control_dir, CONTROL_OVERRIDES, 1),
     ):
-        log_offset = log_path.stat().st_size if log_path.exists() else 0
-        runs[name] = launch(
-            backend, nproc=backend.expected_ranks, config_function=config_function, recipe_path=recipe_path,
-            run_dir=folder, log_path=log_path, overrides=overrides,
+        runs[name], steps[name] = launch_and_read(
+            f"{stage} ({name})", backend, config_function=CONFIG_FUNCTIONS[stage], recipe_path=recipe_path,
+            run_dir=folder, log_path=log_path, parity_path=parity_path, expected_steps=expected, overrides=overrides,
         )
-        if runs[name].returncode != 0:
-            raise launch_failure(f"{stage} ({name})", runs[name], log_path, log_offset, parity_path)
-        steps[name] = read_steps(folder / METRICS_FILE)
-        check_steps(steps[name], expected, folder / METRICS_FILE)
 
     loaded, control = steps["fetched weights"], steps["random-init control"]
     gate_config = {**training["gate"], "control_above_ln_vocab": training["gate"]["control_above_ln_vocab"][recipe_key(stage)]}
@@ -285,7 +312,7 @@ def train_stage(
         raise TrainingError(f"{stage}: loaded-weights gate failed:\n  - " + "\n  - ".join(problems))
     exported = export_files(run_dir, training["steps"])
     if not any(p.suffix == ".safetensors" for p in exported):
-        raise TrainingError(f"{stage}: no safetensors export in {run_dir / 'checkpoint' / ('step-%d' % training['steps'])}")
+        raise TrainingError(f"{stage}: no safetensors export in {export_dir(run_dir, training['steps'])}")
     parity = json.loads(parity_path.read_text())
     steady = [s for s in loaded if s["step"] > 1]
     summary = StageSummary(
@@ -306,7 +333,7 @@ def train_stage(
             "peak_flops_source": backend.peak_flops_source,
             "launch_wall_s": {name: round(run.wall_s, 2) for name, run in runs.items()},
             "steps": loaded,
-            "export_dir": str((run_dir / "checkpoint" / f"step-{training['steps']}").as_posix()),
+            "export_dir": export_dir(run_dir, training["steps"]).as_posix(),
         },
         proves=(
             f"torchtitan's trainer ran {len(loaded)} steps of this recipe with FSDP over {backend.expected_ranks} "
