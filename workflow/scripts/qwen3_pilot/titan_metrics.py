@@ -15,7 +15,7 @@ from typing import Any
 
 from torchtitan.components.metrics import BaseLogger, LoggerContainer, MetricsProcessor
 
-METRICS_FILE = "metrics.jsonl"
+from .training import METRICS_FILE
 
 
 class JsonlLogger(BaseLogger):
@@ -52,8 +52,6 @@ class JsonlMetricsProcessor(MetricsProcessor):
                 self.logger = container
             self.logger.add_logger(JsonlLogger(os.path.join(dump_folder, METRICS_FILE)))
 
-
-ROUTER_LOAD_FILE = "router_load.jsonl"
 
 
 def recording_router_load(post_optimizer_build_fn, path: str):
