@@ -295,20 +295,14 @@ def _experts_forward_backward(impl: Callable, compute_dtype, x, counts, w1, w2, 
 
 
 def tiny_qwen3_config(sizes: dict[str, int], seq_len: int, moe: bool):
-    """torchtitan's own Qwen3 builders at toy sizes, SDPA attention (flex attention has no backward on
-    CPU; the same swap as recipes.use_sdpa)."""
-    from torchtitan.models.common import CosSinRoPE, Embedding, Linear
-    from torchtitan.models.common.attention import ScaledDotProductAttention
-    from torchtitan.models.qwen3 import (
-        _EMBEDDING_INIT,
-        _LINEAR_INIT,
-        _build_qwen3_layers,
-        _build_qwen3_moe_layers,
-        _qwen3_norm,
-    )
-    from torchtitan.models.qwen3.model import Qwen3Model
+    """torchtitan's own Qwen3 builders at toy sizes, with the recipes' decoder and SDPA attention (flex
+    attention has no backward on CPU)."""
+    from torchtitan.models.common import CosSinRoPE
+    from torchtitan.models.qwen3 import _build_qwen3_layers, _build_qwen3_moe_layers
 
-    dim, vocab, head_dim = sizes["dim"], sizes["vocab"], sizes["head_dim"]
+    from .recipes import qwen3_decoder, use_sdpa
+
+    dim, head_dim = sizes["dim"], sizes["head_dim"]
     common = dict(
         n_layers=sizes["layers"], dim=dim, n_heads=sizes["heads"], n_kv_heads=sizes["kv_heads"], head_dim=head_dim,
         attn_backend="flex", rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=seq_len, theta=1000000.0),
@@ -320,14 +314,9 @@ def tiny_qwen3_config(sizes: dict[str, int], seq_len: int, moe: bool):
         )
     else:
         layers = _build_qwen3_layers(**common, hidden_dim=sizes["hidden"])
-    for layer in layers:
-        layer.attention.inner_attention = ScaledDotProductAttention.Config()
-    return Qwen3Model.Config(
-        vocab_size=vocab, dim=dim, norm=_qwen3_norm(dim), enable_weight_tying=False,
-        tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_INIT),
-        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_LINEAR_INIT),
-        layers=layers,
-    )
+    model = qwen3_decoder(dim=dim, vocab=sizes["vocab"], tied=False, layers=layers)
+    use_sdpa(model)
+    return model
 
 
 def build_tiny_model(sizes: dict[str, int], seq_len: int, moe: bool, seed: int):
@@ -630,7 +619,6 @@ def kernel_numerics_stage(
     """Stage `kernel_numerics`. The harness runs on CPU tensors; on the neuron backend the NKI kernel
     (kernels.rope.register_neuron_kernel) needs device tensors this harness does not make, so the stage
     says that it did not run rather than report the CPU implementation's figures as the kernel's."""
-    import os
     from pathlib import Path
 
     from .artifacts import write_json
@@ -647,7 +635,6 @@ def kernel_numerics_stage(
         )
         return summary.write(Path(summary_path))
     cache_dir = str(Path(cache_root).resolve() / "torchinductor")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     config = {**settings, "lnc": lnc, "compile": {**settings.get("compile", {}), "cache_dir": cache_dir}}
     result = kernel_numerics(config, log=log)
     write_json(Path(results_path), result)  # everything measured, kept for a failed run too
