@@ -193,9 +193,11 @@ def max_change(tensors: dict[str, Any], fetched: dict[str, Any]) -> float:
 
 
 def check_export(
-    *, recipe: str, export_dir: Path, checkpoint_dir: Path, out_dir: Path, settings: dict[str, Any], seed: int
+    *, recipe: str, export_dir: Path, checkpoint_dir: Path, out_dir: Path, settings: dict[str, Any], seed: int,
+    fetched: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[str], list[Path]]:
-    """One recipe's export: completed, reloaded, compared; returns its figures, its problems and its files."""
+    """One recipe's export: completed, reloaded, compared; returns its figures, its problems and its files.
+    `fetched`: the checkpoint's tensors, when the caller has read them already (read here otherwise)."""
     from .parity import read_checkpoint_values
 
     checkpoint_values = read_checkpoint_values(checkpoint_dir)
@@ -215,7 +217,7 @@ def check_export(
         "dtypes": sorted({str(t.dtype).removeprefix("torch.") for t in tensors.values()}),
         "tie_word_embeddings": checkpoint_values["tie_word_embeddings"],
         "lm_head_shares_embedding_storage": tied,
-        "max_change_from_fetched": max_change(tensors, read_tensors(checkpoint_dir)),
+        "max_change_from_fetched": max_change(tensors, read_tensors(checkpoint_dir) if fetched is None else fetched),
     }
     if not figures["max_change_from_fetched"] > 0:
         problems.append(f"{out_dir}: the export equals the fetched weights: training changed nothing")
@@ -272,11 +274,12 @@ def export_reload_stage(
     problems: list[str] = []
     artifacts: list[Path] = []
     completed = {}
+    fetched = read_tensors(checkpoint_dir)  # once for both recipes: the full checkpoint on neuron
     for recipe, export_dir in exports.items():
         completed[recipe] = out_root / recipe
         recipe_figures, recipe_problems, files = check_export(
             recipe=recipe, export_dir=export_dir, checkpoint_dir=checkpoint_dir, out_dir=completed[recipe],
-            settings=settings, seed=seed,
+            settings=settings, seed=seed, fetched=fetched,
         )
         figures[recipe] = recipe_figures
         problems += recipe_problems
