@@ -38,6 +38,12 @@ def stage_wall_s(stage: str, snakemake_args: list[str], workdir: Path) -> float:
         return float(next(csv.DictReader(table, delimiter="\t"))["s"])
 
 
+def recorded_launches(stage: str, workdir: Path) -> dict[str, dict]:
+    """The stage's two launches as it recorded them (launch.json): command, environment, wall time."""
+    return {name: json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())
+            for name in ("run", "control")}
+
+
 def by_hand_wall_s(stage: str, workdir: Path, scratch: Path) -> float:
     """The recorded launches again, with the dump folder and the parity table moved to `scratch`, so the
     stage's outputs stay as Snakemake wrote them."""
@@ -46,8 +52,7 @@ def by_hand_wall_s(stage: str, workdir: Path, scratch: Path) -> float:
     recipe_path = scratch / "recipe.json"
     recipe_path.write_text(json.dumps(recipe))
     total = 0.0
-    for name in ("run", "control"):
-        record = json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())
+    for name, record in recorded_launches(stage, workdir).items():
         command = list(record["command"])
         command[command.index("--dump_folder") + 1] = str(scratch / name)
         env = {**os.environ, **record["env"], RECIPE_ENV: str(recipe_path)}
@@ -55,12 +60,6 @@ def by_hand_wall_s(stage: str, workdir: Path, scratch: Path) -> float:
         subprocess.run(command, cwd=workdir, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         total += time.perf_counter() - started
     return total
-
-
-def stage_launch_s(stage: str, workdir: Path) -> float:
-    """The stage's own two launches, as it timed them (launch.json)."""
-    return sum(json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())["wall_s"]
-               for name in ("run", "control"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     versus_hand, outside_launches = [], []
     for repeat in range(1, args.repeats + 1):
         stage_s = stage_wall_s(args.stage, args.snakemake_args, workdir)
-        launches_s = stage_launch_s(args.stage, workdir)
+        launches_s = sum(record["wall_s"] for record in recorded_launches(args.stage, workdir).values())
         with tempfile.TemporaryDirectory(dir=workdir / ".cache") as scratch:
             hand_s = by_hand_wall_s(args.stage, workdir, Path(scratch))
         versus_hand.append(100 * (stage_s - hand_s) / hand_s)
