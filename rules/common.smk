@@ -7,7 +7,7 @@ from snakemake.utils import validate
 # The stage logic is a package beside the scripts; `make` installs it, this covers a bare checkout.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
-from qwen3_pilot.config import check_config, config_digest
+from qwen3_pilot.config import CACHE_ROOT, check_config, config_digest
 from qwen3_pilot.pins import installed_version, read_pins
 
 
@@ -19,8 +19,6 @@ PINS_FILE = f"envs/{BACKEND}.txt"
 PINS = read_pins(Path(workflow.basedir) / PINS_FILE)
 # Used with --use-conda only; the same pins, so both setups run the same software.
 SOFTWARE_ENV = f"../envs/{BACKEND}.yaml"
-# Library caches live under the project (HF_HOME, inductor, torchelastic temp files), not in ~/.cache.
-CACHE_ROOT = ".cache"
 USES_FIXTURE = config["weights"]["source"] == "fixture"
 
 

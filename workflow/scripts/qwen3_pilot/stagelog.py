@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Iterator
 
 from .backends import keep_compiler_caches_in_project
+from .config import CACHE_ROOT
 
-CACHE_ROOT = ".cache"  # rules/common.smk's CACHE_ROOT, relative to the workflow's directory
 log = logging.getLogger("qwen3_pilot")
 
 

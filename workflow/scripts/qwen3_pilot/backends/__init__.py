@@ -6,9 +6,8 @@ launcher environment, topology, system versions) lives in that backend's module.
 
 from __future__ import annotations
 
-import os
-
 import importlib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
