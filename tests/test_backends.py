@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from qwen3_pilot.backends import cache_env, make_backend
-from qwen3_pilot.backends.neuron import launcher_env, read_system_versions, unavailable_reason
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from conftest import PROJECT
+from snakemake.utils import validate
+
+from qwen3_pilot.backends import cache_env, collective_count_dtype, make_backend, rank_log_files
+from qwen3_pilot.backends.neuron import ToolOutput, launcher_env, read_system_versions, unavailable_reason
 
 NEURON = {"chips": 16, "cores_per_chip": 8, "lnc": 2, "hbm_per_chip_gib": 96}
 
@@ -37,7 +47,21 @@ def test_neuron_expects_chips_times_cores_over_lnc(tmp_path):
 def test_neuron_launcher_sets_both_lnc_variables_and_a_project_compile_cache(tmp_path):
     env = launcher_env(config("neuron", 64), str(tmp_path))
     assert env["NEURON_LOGICAL_NC_CONFIG"] == "2" and env["NEURON_RT_VIRTUAL_CORE_SIZE"] == "2"
-    assert env["NEURON_COMPILE_CACHE_URL"].startswith(str(tmp_path))
+    # TorchNeuron's caches; the torch-xla path's variables would be ignored (and --cache_dir is no
+    # neuronx-cc option), so a rerun would recompile every graph.
+    for key in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR"):
+        assert env[key].startswith(str(tmp_path)), key
+    assert env["TORCH_NEURONX_NEFF_CACHE_DIR"] != env["TORCH_NEURONX_DEBUG_DIR"]
+    assert "NEURON_COMPILE_CACHE_URL" not in env and "NEURON_CC_FLAGS" not in env
+
+
+def test_a_users_neuron_cc_flags_pass_through_the_launch_untouched(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer -O1")
+    backend = make_backend(config("neuron", 64), str(tmp_path))
+    assert "NEURON_CC_FLAGS" not in backend.launcher_env
+    # How ranks.launch_ranks and training.launch build the ranks' environment.
+    launched = {**os.environ, **backend.launcher_env}
+    assert launched["NEURON_CC_FLAGS"] == "--model-type=transformer -O1"
 
 
 def test_neuron_is_unavailable_without_the_devices():
@@ -55,13 +79,16 @@ def test_neuron_system_versions_come_from_dpkg_and_the_tools():
     }
 
     def fake_run(command):
-        return answers.get((command[0], command[-1]), "")
+        answer = answers.get((command[0], command[-1]))
+        return ToolOutput(0, answer) if answer is not None else ToolOutput(1, "", "not installed")
 
-    versions = read_system_versions(fake_run)
+    versions = read_system_versions(fake_run, which={"dpkg-query": "/usr/bin/dpkg-query"}.get)
+    assert versions["package_manager"] == "dpkg-query"
     assert versions["aws-neuronx-dkms"] == "2.24.7.0"
     assert versions["aws-neuronx-runtime-lib"] == "2.28.23.0-dc38b6d11"
     assert versions["aws-neuronx-collectives"] == "not found"
-    assert versions["neuronx-cc"] == "NeuronX Compiler version 2.21.33363.0+82129205"
+    assert versions["aws-neuronx-tools"] == "not found"
+    assert versions["neuronx-cc"] == "2.21.33363.0+82129205"
     assert versions["neuron_ls_devices"] == 2
 
 
@@ -70,7 +97,72 @@ def test_torchrun_command_launches_the_module_with_the_rank_count(tmp_path):
     command = backend.torchrun_command("/usr/bin/python3", 64, "qwen3_pilot.rank_worker", ["--out", "x"])
     assert command[:4] == ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone"]
     assert "--nproc-per-node=64" in command
-    assert command[-4:] == ["-m", "qwen3_pilot.rank_worker", "--out", "x"] or command[-3:] == ["qwen3_pilot.rank_worker", "--out", "x"]
+    assert command[-4:] == ["-m", "qwen3_pilot.rank_worker", "--out", "x"]
+    # Without a folder for per-rank logs, every rank prints to the console as before.
+    assert not [a for a in command if a.startswith(("--log-dir", "--tee", "--redirects", "--local-ranks-filter"))]
+
+
+def test_neuron_torchrun_keeps_rank_0_in_the_stage_log_and_every_rank_in_its_own_files(tmp_path):
+    backend = make_backend(config("neuron", 64), str(tmp_path))
+    ranks_dir = tmp_path / "logs" / "train_native" / "ranks"
+    command = backend.torchrun_command(
+        "python", 64, "qwen3_pilot.train_entry", ["--config", "f"], rank_log_dir=ranks_dir
+    )
+    launcher = command[:command.index("-m", 3)]
+    assert launcher == [
+        "python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=64",
+        f"--log-dir={ranks_dir}", "--tee=3", "--local-ranks-filter=0",
+    ]
+    assert command[len(launcher):] == ["-m", "qwen3_pilot.train_entry", "--config", "f"]
+
+
+def test_cpu_torchrun_writes_per_rank_logs_and_keeps_every_rank_on_the_console(tmp_path):
+    backend = make_backend(config("cpu", 2), str(tmp_path))
+    command = backend.torchrun_command("python", 2, "m", [], rank_log_dir=tmp_path / "ranks")
+    assert f"--log-dir={tmp_path / 'ranks'}" in command and "--tee=3" in command
+    assert not [a for a in command if a.startswith("--local-ranks-filter")]
+
+
+def test_the_installed_torchrun_writes_the_rank_logs_where_rank_log_files_finds_them(tmp_path):
+    """The flags against torch.distributed.run itself: two ranks, only rank 0 on the console."""
+    (tmp_path / "say_rank.py").write_text(
+        "import os, sys\n"
+        "print('stdout of rank', os.environ['RANK'])\n"
+        "print('stderr of rank', os.environ['RANK'], file=sys.stderr)\n"
+    )
+    backend = dataclasses.replace(make_backend(config("cpu", 2), str(tmp_path)), console_local_ranks=(0,))
+    command = backend.torchrun_command(sys.executable, 2, "say_rank", [], rank_log_dir=tmp_path / "ranks")
+    env = {**os.environ, **backend.launcher_env, "PYTHONPATH": str(tmp_path)}
+    Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    console = result.stdout + result.stderr
+    assert "stdout of rank 0" in console and "stderr of rank 0" in console
+    assert "of rank 1" not in console
+    files = rank_log_files(tmp_path / "ranks")
+    assert sorted(files) == [0, 1]
+    for rank, streams in files.items():
+        assert f"stdout of rank {rank}" in streams["stdout"].read_text()
+        assert f"stderr of rank {rank}" in streams["stderr"].read_text()
+
+
+def test_collective_counts_are_32_bit_on_every_backend():
+    import torch
+
+    # Neuron's collectives take no 64-bit types; gloo takes int32 too, so one dtype serves both.
+    assert collective_count_dtype() == torch.int32
+
+
+def test_the_largest_count_sent_through_a_collective_fits_int32_at_trn2_scale():
+    """The router load of one step summed over all ranks: global batch x seq_len x top_k tokens routed."""
+    merged = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
+    for key, value in yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text()).items():
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+    validate(merged, str(PROJECT / "config" / "schema" / "config.schema.yaml"))  # fills moe.top_k's default
+    routed = merged["training"]["global_batch_size"] * merged["training"]["seq_len"] * merged["moe"]["top_k"]
+    assert routed < 2**31
+    # float32 would be exact too (below 2**24): the counts' source buffer in torchtitan is float32.
+    assert routed < 2**24
 
 
 def test_peak_flops_for_mfu_come_from_the_backend(tmp_path):

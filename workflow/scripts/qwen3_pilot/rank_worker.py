@@ -9,6 +9,19 @@ import socket
 from pathlib import Path
 
 from .artifacts import write_json
+from .backends import collective_count_dtype
+
+
+def device_for(device_type: str, local_rank: int):
+    """The rank's torch device. On neuron torch_neuronx is imported first: it registers the `neuron`
+    device type, and torch.device("neuron", n) raises before that."""
+    if device_type == "neuron":
+        from .backends.neuron import import_torch_neuronx
+
+        import_torch_neuronx()
+    import torch
+
+    return torch.device("cpu") if device_type == "cpu" else torch.device(device_type, local_rank)
 
 
 def main() -> None:
@@ -23,15 +36,15 @@ def main() -> None:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device(args.device_type, local_rank) if args.device_type != "cpu" else torch.device("cpu")
-    if args.device_type == "neuron":
-        import torch_neuronx  # noqa: F401  (registers the neuron device and process group)
+    device = device_for(args.device_type, local_rank)  # also registers the neuron process group
     dist.init_process_group(backend=args.dist_backend)
     try:
-        summed = torch.tensor([float(rank + 1)], device=device)
+        # float32 and int32: Neuron's collectives take no 64-bit types.
+        summed = torch.tensor([float(rank + 1)], dtype=torch.float32, device=device)
         dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-        gathered = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
-        dist.all_gather(gathered, torch.tensor([rank], dtype=torch.int64, device=device))
+        count = collective_count_dtype()
+        gathered = [torch.zeros(1, dtype=count, device=device) for _ in range(world)]
+        dist.all_gather(gathered, torch.tensor([rank], dtype=count, device=device))
         record = {
             "rank": rank,
             "world_size": dist.get_world_size(),

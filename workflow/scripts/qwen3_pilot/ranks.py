@@ -47,6 +47,17 @@ def check_rank_records(records: list[dict[str, Any]], expected_world: int, devic
     return problems
 
 
+def rank_worker_command(
+    backend: Backend, nproc: int, out_dir: Path, python: str = sys.executable, rank_logs: Path | None = None
+) -> list[str]:
+    """The torchrun command of verify_ranks' launch (the preflight prints it)."""
+    return backend.torchrun_command(
+        python, nproc, "qwen3_pilot.rank_worker",
+        ["--out", str(out_dir), "--dist-backend", backend.dist_backend, "--device-type", backend.device_type],
+        rank_log_dir=rank_logs,
+    )
+
+
 def launch_ranks(
     backend: Backend, nproc: int, out_dir: Path, log_path: Path, python: str = sys.executable
 ) -> tuple[int, list[dict[str, Any]]]:
@@ -56,10 +67,7 @@ def launch_ranks(
         stale.unlink()
     env = {**os.environ, **backend.launcher_env}
     Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
-    command = backend.torchrun_command(
-        python, nproc, "qwen3_pilot.rank_worker",
-        ["--out", str(out_dir), "--dist-backend", backend.dist_backend, "--device-type", backend.device_type],
-    )
+    command = rank_worker_command(backend, nproc, out_dir, python, backend.rank_log_dir(log_path, "ranks"))
     with open(log_path, "a") as log:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
@@ -77,6 +85,7 @@ def verify_ranks(
     """
     if backend.unavailable_reason:
         raise RankCheckError(f"{backend.name} backend cannot run here: {backend.unavailable_reason}")
+    topology = check_topology(backend)
     nproc = backend.expected_ranks if nproc is None else nproc
     returncode, records = launch_ranks(backend, nproc, out_dir, log_path)
     problems = check_rank_records(records, backend.expected_ranks, backend.device_type)
@@ -97,7 +106,21 @@ def verify_ranks(
         # measured one.
         "peak_flops_per_rank": backend.peak_flops_per_rank or min(r["peak_flops"] for r in records),
         "peak_flops_source": backend.peak_flops_source,
+        **({"topology": topology} if topology is not None else {}),
     }
+
+
+def check_topology(backend: Backend) -> dict[str, Any] | None:
+    """The backend's devices against the config (neuron: neuron-ls's cores, LNC and HBM), before any rank
+    starts: a wrong LNC or missing devices would otherwise show as a hang or a late rank error."""
+    if backend.topology is None:
+        return None
+    figures, problems = backend.topology()
+    if problems:
+        raise RankCheckError(
+            f"the {backend.name} devices do not match the config:\n  - " + "\n  - ".join(problems)
+        )
+    return figures
 
 
 def verify_ranks_stage(

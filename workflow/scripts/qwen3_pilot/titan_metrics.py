@@ -62,6 +62,8 @@ def recording_router_load(post_optimizer_build_fn, path: str):
     import torch.distributed as dist
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl
 
+    from .backends import collective_count_dtype
+
     def build(optimizers, model_parts, parallel_dims):
         steps = {"seen": 0}
 
@@ -80,7 +82,9 @@ def recording_router_load(post_optimizer_build_fn, path: str):
                         balancing.append(block.moe)
             if not counts:
                 return
-            by_layer = torch.vstack(counts).detach().clone().to(torch.float64)
+            # Whole numbers (float32 in torchtitan): int32 holds them exactly, and Neuron's collectives take
+            # no 64-bit types.
+            by_layer = torch.vstack(counts).detach().to(collective_count_dtype())
             if dist.is_initialized():
                 dist.all_reduce(by_layer)  # tp = ep = 1: every rank routed its own tokens
             steps["seen"] += 1

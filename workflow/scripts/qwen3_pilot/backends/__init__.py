@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 BACKENDS = ("cpu", "neuron")
@@ -32,12 +33,38 @@ class Backend:
     peak_flops_per_rank: float | None = None
     # Where that peak comes from, in words, for the report.
     peak_flops_source: str = ""
+    # Local ranks whose output also reaches the launcher's console (the stage log) when every rank writes
+    # its own log files; None: every rank's. On neuron 64 ranks interleaved in one log cannot be read.
+    console_local_ranks: tuple[int, ...] | None = None
+    # The machine's devices against the config, for verify_ranks: (figures, problems); None: nothing to check.
+    topology: Callable[[], tuple[dict[str, Any], list[str]]] | None = None
 
-    def torchrun_command(self, python: str, nproc: int, module: str, args: list[str]) -> list[str]:
+    def torchrun_command(
+        self, python: str, nproc: int, module: str, args: list[str], *, rank_log_dir: str | Path | None = None
+    ) -> list[str]:
+        """torchrun for `module` on `nproc` local ranks. With `rank_log_dir`, every rank's stdout and stderr
+        also go to their own files there (see `rank_log_files`); without it, all ranks print to the console."""
         return [
             python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", module, *args,
+            *self.rank_log_options(rank_log_dir), "-m", module, *args,
         ]
+
+    def rank_log_dir(self, stage_log: Path, launch_name: str) -> Path | None:
+        """Where each rank of a launch writes its own logs, next to the stage log, on a backend that keeps
+        only some ranks on the console (neuron: rank 0 of 64); None where every rank prints to the stage log."""
+        return None if self.console_local_ranks is None else Path(stage_log).parent / "ranks" / launch_name
+
+    def rank_log_options(self, rank_log_dir: str | Path | None) -> list[str]:
+        """torchrun's (torch.distributed.run) per-rank logging: --log-dir is the folder, --tee=3 writes both
+        streams of every rank to <log-dir>/<run id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log and
+        echoes them to the console, --local-ranks-filter keeps only the listed ranks on the console (the
+        files keep all). --redirects instead of --tee would leave the stage log with torchrun's own lines only."""
+        if rank_log_dir is None:
+            return []
+        options = [f"--log-dir={rank_log_dir}", "--tee=3"]
+        if self.console_local_ranks is not None:
+            options.append(f"--local-ranks-filter={','.join(str(r) for r in self.console_local_ranks)}")
+        return options
 
 
 def backend_module(name: str):
@@ -70,3 +97,27 @@ def cache_env(cache_root: str) -> dict[str, str]:
         "TMPDIR": f"{cache_root}/tmp",
         "MPLCONFIGDIR": f"{cache_root}/matplotlib",
     }
+
+
+def rank_log_files(rank_log_dir: str | Path) -> dict[int, dict[str, Path]]:
+    """The per-rank logs of the latest torchrun launch with `rank_log_dir`, by local rank:
+    {local_rank: {"stdout": path, "stderr": path}}; empty when no launch wrote any. torchrun makes a new
+    <run id>_<random> folder per launch and an attempt_<n> folder per restart: the newest attempt wins."""
+    attempts = sorted(Path(rank_log_dir).glob("*/attempt_*"), key=lambda p: p.stat().st_mtime)
+    if not attempts:
+        return {}
+    files: dict[int, dict[str, Path]] = {}
+    for rank_dir in attempts[-1].iterdir():
+        if rank_dir.is_dir() and rank_dir.name.isdigit():
+            files[int(rank_dir.name)] = {stream: rank_dir / f"{stream}.log" for stream in ("stdout", "stderr")}
+    return dict(sorted(files.items()))
+
+
+def collective_count_dtype():
+    """The dtype of integer counts sent through collectives (rank numbers, the router's tokens per expert),
+    on every backend. Neuron's collectives take 32-bit types, not int64/float64; int32 holds every count
+    here exactly: the largest, the router load of one step summed over all ranks, is global batch x seq_len
+    x top_k (64 x 2048 x 4 = 524,288 on trn2), far below 2**31."""
+    import torch
+
+    return torch.int32

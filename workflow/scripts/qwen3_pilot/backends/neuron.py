@@ -1,42 +1,92 @@
 """The neuron backend: trn2.48xlarge, 16 Trainium2 chips x 8 physical NeuronCores, LNC=2 -> 64 ranks.
 
 It cannot execute on the build machines (AWS's packages come only from AWS's repository), so everything
-here is plain functions that tests call with injected readers; execution is claimed only on a trn2.
+here is plain functions that tests call with injected readers on the tools' recorded outputs
+(../shared/data/neuron/); execution is claimed only on a trn2.
 """
 
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import json
+import os
+import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import expected_neuron_ranks
 from . import Backend, cache_env
 
-# Debian packages of the Neuron driver, runtime and collectives, as the DLAMI installs them.
-NEURON_SYSTEM_PACKAGES = ("aws-neuronx-dkms", "aws-neuronx-runtime-lib", "aws-neuronx-collectives")
+# The Neuron driver, runtime, collectives and tools (neuron-ls) packages; the same names in AWS's apt
+# (Ubuntu DLAMI) and yum (Amazon Linux 2023) repositories.
+NEURON_SYSTEM_PACKAGES = (
+    "aws-neuronx-dkms", "aws-neuronx-runtime-lib", "aws-neuronx-collectives", "aws-neuronx-tools",
+)
+# How each package manager prints one installed package's version; the first one on PATH is used
+# (dpkg-query first: an Ubuntu box may carry rpm too, an Amazon Linux one has no dpkg).
+PACKAGE_QUERIES: dict[str, Callable[[str], list[str]]] = {
+    "dpkg-query": lambda package: ["dpkg-query", "-W", "-f=${Version}", package],
+    "rpm": lambda package: ["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", package],
+}
+NOT_FOUND = "not found"
 DEVICE_GLOB = "/dev/neuron[0-9]*"
+# The first line of `neuronx-cc --version` (the other lines name Python, HWM and NumPy versions).
+COMPILER_VERSION = re.compile(r"NeuronX Compiler version (\S+)")
+COMPILER_DISTRIBUTION = "neuronx-cc"
+# The keys of one `neuron-ls --json-output` device that the topology check reads.
+DEVICE_KEYS = ("nc_count", "logical_neuroncore_config", "memory_size")
+GIB = 2**30
 # Dense BF16 peak that torchtitan uses for MFU on trn2: 158 TFLOPS per logical core at LNC=2, i.e. per
 # pair of physical cores; at LNC=1 a rank is one physical core, half of that.
 TRN2_BF16_PEAK_FLOPS_PER_PHYSICAL_CORE = 158e12 / 2
+# TorchNeuron's compile caches (DESIGN.md): compiled NEFFs, and the debug folder whose default is
+# /tmp/neuron_backend. NEURON_COMPILE_CACHE_URL and NEURON_CC_FLAGS=--cache_dir are the older torch-xla
+# path's, and --cache_dir is no neuronx-cc option; a user's NEURON_CC_FLAGS passes through untouched.
+COMPILE_CACHE_DIRS = {"TORCH_NEURONX_NEFF_CACHE_DIR": "neff-cache", "TORCH_NEURONX_DEBUG_DIR": "debug"}
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """One command's exit code and both streams: some neuronx-cc versions print their version on stderr,
+    and a nonzero exit may still carry it."""
+
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def text(self) -> str:
+        return f"{self.stdout}\n{self.stderr}"
+
+
+Runner = Callable[[list[str]], ToolOutput]
+NOT_ON_PATH = 127  # the shell's code for a missing command
 
 
 def peak_flops_per_rank(lnc: int) -> float:
     return TRN2_BF16_PEAK_FLOPS_PER_PHYSICAL_CORE * lnc
 
 
+def compile_cache_env(cache_root: str) -> dict[str, str]:
+    """Compiled graphs under the project's cache folder, so that a rerun reuses them."""
+    return {key: f"{cache_root}/neuron/{folder}" for key, folder in COMPILE_CACHE_DIRS.items()}
+
+
 def launcher_env(config: dict[str, Any], cache_root: str) -> dict[str, str]:
     lnc = str(config["neuron"]["lnc"])
     return {
         **cache_env(cache_root),
+        **compile_cache_env(cache_root),
         # Runtimes from 2.20 read NEURON_LOGICAL_NC_CONFIG; older ones NEURON_RT_VIRTUAL_CORE_SIZE.
         "NEURON_LOGICAL_NC_CONFIG": lnc,
         "NEURON_RT_VIRTUAL_CORE_SIZE": lnc,
-        # Compiled graphs are cached per project so that a rerun does not recompile.
-        "NEURON_COMPILE_CACHE_URL": f"{cache_root}/neuron-compile-cache",
-        "NEURON_CC_FLAGS": f"--cache_dir={cache_root}/neuron-compile-cache",
     }
 
 
@@ -48,31 +98,163 @@ def unavailable_reason(device_paths: list[str], expected_chips: int) -> str | No
     return None
 
 
-def read_system_versions(run: Callable[[list[str]], str] | None = None) -> dict[str, Any]:
-    """Driver, runtime, collectives and compiler versions, or 'not found' for each one missing."""
+# ---- readers of the Neuron tools' output (pure: the tests feed them recorded outputs) ----
+
+
+def compiler_version(
+    output: ToolOutput, distribution_version: Callable[[str], str] | None = None
+) -> tuple[str, str]:
+    """(version, where it was read) from `neuronx-cc --version` on either stream, whatever its exit code;
+    else from the neuronx-cc distribution's metadata; else NOT_FOUND."""
+    match = COMPILER_VERSION.search(output.text)
+    if match:
+        return match.group(1), "neuronx-cc --version"
+    try:
+        return (distribution_version or importlib.metadata.version)(COMPILER_DISTRIBUTION), "pip metadata"
+    except importlib.metadata.PackageNotFoundError:
+        return NOT_FOUND, "neither `neuronx-cc --version` nor the neuronx-cc distribution"
+
+
+def parse_devices(devices_json_text: str) -> list[dict[str, Any]]:
+    """`neuron-ls --json-output`: one object per device, only the mapped ones inside a container."""
+    devices = json.loads(devices_json_text)
+    if not isinstance(devices, list):
+        raise ValueError(f"neuron-ls --json-output: expected a list of devices, got {type(devices).__name__}")
+    return devices
+
+
+def device_figures(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per device: its logical cores (nc_count), LNC, HBM and HBM per logical core, i.e. per rank."""
+    figures = []
+    for index, device in enumerate(devices):
+        row = {"neuron_device": device.get("neuron_device", index), **{k: device.get(k) for k in DEVICE_KEYS}}
+        if isinstance(row["memory_size"], int) and isinstance(row["nc_count"], int) and row["nc_count"] > 0:
+            row["memory_gib"] = row["memory_size"] / GIB
+            row["hbm_per_rank_gib"] = row["memory_size"] / row["nc_count"] / GIB
+        figures.append(row)
+    return figures
+
+
+def configured_hbm_per_rank_gib(neuron: dict[str, Any]) -> float:
+    return neuron["hbm_per_chip_gib"] / (neuron["cores_per_chip"] / neuron["lnc"])
+
+
+def neuron_topology(
+    devices_json_text: str, neuron: dict[str, Any], ranks: int
+) -> tuple[dict[str, Any], list[str]]:
+    """The devices `neuron-ls --json-output` lists against the config: their logical cores must add up to
+    `ranks`, each device's LNC must be neuron.lnc, and its HBM per logical core (= per rank) is compared
+    with neuron.hbm_per_chip_gib / (cores_per_chip / lnc). Returns (figures, problems)."""
+    try:
+        devices = parse_devices(devices_json_text)
+    except ValueError as error:  # json.JSONDecodeError is one
+        return {}, [f"neuron-ls --json-output is not a device list: {error}"]
+    rows = device_figures(devices)
+    problems = [
+        f"neuron-ls device {row['neuron_device']}: no {key} in its JSON (expected keys: {', '.join(DEVICE_KEYS)})"
+        for row in rows for key in DEVICE_KEYS if not isinstance(row[key], int)
+    ]
+    if problems:
+        return {"devices": rows}, problems
+    lnc, cores_per_chip = neuron["lnc"], neuron["cores_per_chip"]
+    logical_per_chip = cores_per_chip // lnc
+    for row in rows:
+        if row["logical_neuroncore_config"] != lnc:
+            problems.append(
+                f"neuron-ls device {row['neuron_device']}: logical_neuroncore_config = "
+                f"{row['logical_neuroncore_config']}, expected neuron.lnc = {lnc} (NEURON_LOGICAL_NC_CONFIG)"
+            )
+        if row["nc_count"] != logical_per_chip:
+            problems.append(
+                f"neuron-ls device {row['neuron_device']}: nc_count = {row['nc_count']} logical cores, expected "
+                f"neuron.cores_per_chip / neuron.lnc = {cores_per_chip} / {lnc} = {logical_per_chip}"
+            )
+    logical_cores = sum(row["nc_count"] for row in rows)
+    if logical_cores != ranks:
+        problems.append(
+            f"neuron-ls lists {logical_cores} logical NeuronCores on {len(rows)} device(s), expected ranks = "
+            f"{ranks} (neuron.chips = {neuron['chips']} devices x {logical_per_chip}); inside a container only "
+            "the mapped devices appear"
+        )
+    measured = min(row["hbm_per_rank_gib"] for row in rows) if rows else None
+    configured = configured_hbm_per_rank_gib(neuron)
+    # Less HBM than configured makes every memory budget derived from the config too generous; more is
+    # recorded but harmless.
+    if measured is not None and measured < configured:
+        problems.append(
+            f"neuron-ls: {measured:g} GiB HBM per logical core (memory_size / nc_count), expected neuron."
+            f"hbm_per_chip_gib / (cores_per_chip / lnc) = {neuron['hbm_per_chip_gib']} / {logical_per_chip} "
+            f"= {configured:g} GiB"
+        )
+    figures = {
+        "devices": rows,
+        "device_count": len(rows),
+        "logical_cores": logical_cores,
+        "expected_logical_cores": ranks,
+        "lnc": sorted({row["logical_neuroncore_config"] for row in rows}),
+        "hbm_per_rank_gib": measured,
+        "configured_hbm_per_rank_gib": configured,
+    }
+    return figures, problems
+
+
+# ---- what the backend reads on the machine ----
+
+
+def package_query(which: Callable[[str], str | None] = shutil.which) -> tuple[str, Callable[[str], list[str]]] | None:
+    """The package manager on PATH and its version query, or None."""
+    for tool, query in PACKAGE_QUERIES.items():
+        if which(tool):
+            return tool, query
+    return None
+
+
+def read_system_versions(
+    run: Runner | None = None,
+    which: Callable[[str], str | None] = shutil.which,
+    distribution_version: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
+    """Driver, runtime, collectives, tools and compiler versions ('not found' for each one missing), and
+    each device that neuron-ls lists with its cores, LNC and HBM."""
     run = run or _run
     versions: dict[str, Any] = {}
+    query = package_query(which)
+    versions["package_manager"] = query[0] if query else f"{NOT_FOUND} ({' or '.join(PACKAGE_QUERIES)})"
     for package in NEURON_SYSTEM_PACKAGES:
-        versions[package] = run(["dpkg-query", "-W", "-f=${Version}", package]) or "not found"
-    compiler = run(["neuronx-cc", "--version"]).strip().splitlines()
-    versions["neuronx-cc"] = compiler[-1] if compiler else "not found"
+        output = run(query[1](package)) if query else ToolOutput(NOT_ON_PATH)
+        versions[package] = output.stdout.strip() if output.ok and output.stdout.strip() else NOT_FOUND
+    versions["neuronx-cc"], versions["neuronx-cc_read_from"] = compiler_version(
+        run(["neuronx-cc", "--version"]), distribution_version
+    )
     neuron_ls = run(["neuron-ls", "--json-output"])
     try:
-        devices = json.loads(neuron_ls) if neuron_ls else []
-    except json.JSONDecodeError:
+        devices = device_figures(parse_devices(neuron_ls.stdout)) if neuron_ls.ok else []
+    except ValueError:
         devices = []
     versions["neuron_ls_devices"] = len(devices)
+    versions["neuron_devices"] = devices
     return versions
 
 
-def _run(command: list[str]) -> str:
+def read_topology(neuron: dict[str, Any], ranks: int, run: Runner | None = None) -> tuple[dict[str, Any], list[str]]:
+    """`neuron_topology` on this machine's `neuron-ls --json-output`."""
+    output = (run or _run)(["neuron-ls", "--json-output"])
+    if not output.ok:
+        detail = "not on PATH" if output.returncode == NOT_ON_PATH else output.stderr.strip() or output.stdout.strip()
+        return {}, [
+            f"neuron-ls --json-output failed (exit {output.returncode}: {detail}); it comes with aws-neuronx-tools"
+        ]
+    return neuron_topology(output.stdout, neuron, ranks)
+
+
+def _run(command: list[str]) -> ToolOutput:
     if shutil.which(command[0]) is None:
-        return ""
+        return ToolOutput(NOT_ON_PATH, "", f"{command[0]}: not on PATH")
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return result.stdout.strip() if result.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return ToolOutput(-1, "", str(error))
+    return ToolOutput(result.returncode, result.stdout, result.stderr)
 
 
 def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
@@ -91,10 +273,72 @@ def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
             f"trn2 dense BF16 peak, 158 TFLOPS per logical core at LNC=2 (torchtitan's figure), "
             f"at LNC={neuron['lnc']}: {peak_flops_per_rank(neuron['lnc']) / 1e12:g} TFLOPS per rank"
         ),
+        # Rank 0's output in the stage log, every rank's in its own files (when the caller names a folder).
+        console_local_ranks=(0,),
+        topology=lambda: read_topology(neuron, config["ranks"]),
     )
 
 
+# ---- in every process that uses the neuron device ----
+
+
+def import_torch_neuronx() -> None:
+    """`import torch_neuronx` registers the `neuron` device, process-group backend and compile backend;
+    before it, torch.device("neuron", n) raises "Expected one of cpu, cuda, ... device type". Also makes
+    the compile cache folders the launcher named, in case the compiler does not create them."""
+    for key in COMPILE_CACHE_DIRS:
+        if os.environ.get(key):
+            os.makedirs(os.environ[key], exist_ok=True)
+    try:
+        import torch_neuronx  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"the neuron backend needs torch_neuronx (torch-neuronx from AWS's Neuron repository, "
+            f"envs/neuron.txt): {error}"
+        ) from error
+
+
 def prepare_torchtitan() -> list[str]:
-    """Nothing to patch: torchtitan-neuron (release-2.33) brings its own device, process group and
-    memory handling for the neuron device."""
+    """Imports torch_neuronx before torchtitan builds anything (torchtitan's tools.utils picks the device
+    type at import). Nothing to patch: torchtitan-neuron (release-2.33) brings its own device, process
+    group and memory handling for the neuron device."""
+    import_torch_neuronx()
     return []
+
+
+# nki-library has no kernel with the grouped experts' contract (tokens sorted by expert, w1/w3 [E, F, D],
+# w2 [E, D, F], per-expert counts): its training MoE kernels are blockwise (blockwise_mm_*, with gate_up
+# [E, H, 2, I] and down [E, I, H] weights plus routing maps). So the experts run torch._grouped_mm on the
+# device, which TorchNeuron supports, and the stages say so.
+NEURON_EXPERTS_IMPLEMENTATION = (
+    "torch._grouped_mm on the neuron device (no nki-library kernel fits the grouped-experts contract: its "
+    "blockwise_mm_* kernels take gate_up [E, H, 2, I] weights and routing maps)"
+)
+NKI_ROPE_MODULE = "nkilib.core.embeddings.rope_hf"
+
+
+def install_kernels(lnc: int) -> dict[str, str]:
+    """Routes the kernels to their neuron implementations in this process (rope_hf: the NKI Library kernel
+    launched on `lnc` logical cores) and returns which implementation runs per kernel. Fails at once,
+    naming every missing package, where the Neuron packages are not installed."""
+    import importlib
+
+    from ..kernels import KERNELS, implementation, set_implementation
+
+    missing = []
+    for module, package in (("torch_neuronx", "torch-neuronx"), (NKI_ROPE_MODULE, "nki-library (nkilib)")):
+        try:
+            if module == "torch_neuronx":
+                import_torch_neuronx()
+            else:
+                importlib.import_module(module)
+        except ImportError as error:
+            missing.append(f"{module} ({package}, from AWS's Neuron repository, envs/neuron.txt): {error}")
+    if missing:
+        raise ImportError("the neuron kernels cannot be installed; missing:\n  - " + "\n  - ".join(missing))
+    from ..kernels.rope import register_neuron_kernel
+
+    register_neuron_kernel(lnc)
+    set_implementation("rope_hf", f"NKI: {NKI_ROPE_MODULE}.rope_hf[{lnc}] on {lnc} logical core(s) per rank")
+    set_implementation("moe_grouped_experts", NEURON_EXPERTS_IMPLEMENTATION)
+    return {kernel: implementation(kernel) for kernel in KERNELS}

@@ -1,0 +1,284 @@
+"""The neuron backend's readers on the Neuron tools' real outputs, recorded on trn2 machines
+(../shared/data/neuron/, read in place), and the ordering and dtype rules a trn2 needs, checked on CPU."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import PROJECT
+
+from qwen3_pilot.backends import make_backend
+from qwen3_pilot.backends.neuron import (
+    COMPILE_CACHE_DIRS,
+    NEURON_SYSTEM_PACKAGES,
+    ToolOutput,
+    compiler_version,
+    neuron_topology,
+    prepare_torchtitan,
+    read_system_versions,
+    read_topology,
+)
+from qwen3_pilot.pins import read_pins
+from qwen3_pilot.ranks import RankCheckError, verify_ranks
+
+RECORDED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "neuron"
+TRN2 = yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text())
+# The machine the one-device recording describes, as a config: one trn2 chip, 8 physical cores, LNC 2.
+ONE_CHIP = {**TRN2["neuron"], "chips": 1}
+ONE_CHIP_RANKS = ONE_CHIP["chips"] * ONE_CHIP["cores_per_chip"] // ONE_CHIP["lnc"]
+
+
+def recorded(name: str) -> str:
+    return (RECORDED / name).read_text()
+
+
+def sixteen_devices() -> str:
+    """A whole trn2.48xlarge in `neuron-ls --json-output` form, built from the recorded one-device container
+    JSON (no 16-device JSON is on record): device i with cores 4i..4i+3, everything else as recorded."""
+    (device,) = json.loads(recorded("neuron-ls.trn2-container.json"))
+    devices = []
+    for index in range(16):
+        copied = copy.deepcopy(device)
+        copied["neuron_device"] = index
+        copied["neuroncore_ids"] = [index * device["nc_count"] + core for core in range(device["nc_count"])]
+        devices.append(copied)
+    return json.dumps(devices)
+
+
+# ---- 1. the compiler version ----
+
+
+def test_the_compiler_version_is_read_from_its_line_not_the_last_one():
+    text = recorded("neuronx-cc-version.txt")
+    assert text.strip().splitlines()[-1].startswith("NumPy version")  # what the last line holds
+    assert compiler_version(ToolOutput(0, text, "")) == ("2.27.5334.0+f702b353", "neuronx-cc --version")
+
+
+def test_the_compiler_version_is_found_on_stderr_and_after_a_nonzero_exit():
+    text = recorded("neuronx-cc-version.txt")
+    assert compiler_version(ToolOutput(0, "", text))[0] == "2.27.5334.0+f702b353"
+    assert compiler_version(ToolOutput(1, "", text))[0] == "2.27.5334.0+f702b353"
+
+
+def test_without_the_command_the_compiler_version_comes_from_pip_metadata():
+    assert compiler_version(ToolOutput(127), lambda name: {"neuronx-cc": "2.27.5334.0"}[name]) == (
+        "2.27.5334.0", "pip metadata"
+    )
+
+
+def test_a_compiler_found_nowhere_is_reported_as_not_found():
+    import importlib.metadata
+
+    def no_distribution(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    version, source = compiler_version(ToolOutput(127), no_distribution)
+    assert version == "not found" and "neuronx-cc" in source
+
+
+# ---- 2. neuron-ls: devices, logical cores, LNC and HBM against the config ----
+
+
+def test_the_recorded_one_device_container_matches_a_one_chip_config():
+    figures, problems = neuron_topology(recorded("neuron-ls.trn2-container.json"), ONE_CHIP, ONE_CHIP_RANKS)
+    assert problems == []
+    assert figures["logical_cores"] == ONE_CHIP_RANKS == 4
+    assert figures["lnc"] == [2]
+    assert figures["hbm_per_rank_gib"] == figures["configured_hbm_per_rank_gib"] == 24.0
+    assert figures["devices"][0]["memory_gib"] == 96.0
+
+
+def test_a_whole_trn2_matches_the_trn2_config():
+    figures, problems = neuron_topology(sixteen_devices(), TRN2["neuron"], TRN2["ranks"])
+    assert problems == []
+    assert (figures["device_count"], figures["logical_cores"]) == (16, 64)
+    assert figures["hbm_per_rank_gib"] == 24.0
+
+
+def test_a_wrong_lnc_is_named_with_its_value_and_the_configured_one():
+    devices = json.loads(sixteen_devices())
+    for device in devices:  # what the same machine lists at LNC 1
+        device["logical_neuroncore_config"], device["nc_count"] = 1, 8
+    _, problems = neuron_topology(json.dumps(devices), TRN2["neuron"], TRN2["ranks"])
+    text = "\n".join(problems)
+    assert "device 0: logical_neuroncore_config = 1, expected neuron.lnc = 2" in text
+    assert "device 0: nc_count = 8 logical cores, expected neuron.cores_per_chip / neuron.lnc = 8 / 2 = 4" in text
+    assert "lists 128 logical NeuronCores on 16 device(s), expected ranks = 64" in text
+    assert "12 GiB HBM per logical core" in text
+
+
+def test_too_few_devices_are_named_with_the_count_expected():
+    # The recorded container maps one device; the trn2 config wants all sixteen.
+    _, problems = neuron_topology(recorded("neuron-ls.trn2-container.json"), TRN2["neuron"], TRN2["ranks"])
+    assert problems == [
+        "neuron-ls lists 4 logical NeuronCores on 1 device(s), expected ranks = 64 (neuron.chips = 16 devices "
+        "x 4); inside a container only the mapped devices appear"
+    ]
+
+
+def test_less_hbm_than_configured_is_a_problem():
+    config = {**ONE_CHIP, "hbm_per_chip_gib": 128}
+    _, problems = neuron_topology(recorded("neuron-ls.trn2-container.json"), config, ONE_CHIP_RANKS)
+    assert problems == [
+        "neuron-ls: 24 GiB HBM per logical core (memory_size / nc_count), expected neuron.hbm_per_chip_gib / "
+        "(cores_per_chip / lnc) = 128 / 4 = 32 GiB"
+    ]
+
+
+def test_a_device_without_a_checked_key_and_text_that_is_not_json_are_named():
+    devices = json.loads(recorded("neuron-ls.trn2-container.json"))
+    del devices[0]["memory_size"]
+    _, problems = neuron_topology(json.dumps(devices), ONE_CHIP, ONE_CHIP_RANKS)
+    assert problems == [
+        "neuron-ls device 0: no memory_size in its JSON (expected keys: nc_count, logical_neuroncore_config, "
+        "memory_size)"
+    ]
+    # The plain table is what neuron-ls prints without --json-output.
+    _, problems = neuron_topology(recorded("neuron-ls.trn2-container.txt"), ONE_CHIP, ONE_CHIP_RANKS)
+    assert problems[0].startswith("neuron-ls --json-output is not a device list")
+
+
+def test_read_topology_names_the_package_when_neuron_ls_is_missing():
+    _, problems = read_topology(TRN2["neuron"], TRN2["ranks"], run=lambda command: ToolOutput(127))
+    assert problems == [
+        "neuron-ls --json-output failed (exit 127: not on PATH); it comes with aws-neuronx-tools"
+    ]
+
+
+def test_verify_ranks_stops_on_a_topology_problem_before_launching_any_rank(tmp_path):
+    backend = dataclasses.replace(
+        make_backend({"backend": "cpu", "ranks": 2, "neuron": {}}, str(tmp_path / "cache")),
+        topology=lambda: neuron_topology(recorded("neuron-ls.trn2-container.json"), TRN2["neuron"], TRN2["ranks"]),
+    )
+    with pytest.raises(RankCheckError, match="expected ranks = 64") as raised:
+        verify_ranks(backend, tmp_path / "ranks", tmp_path / "log.txt")
+    assert "the cpu devices do not match the config" in str(raised.value)
+    assert not (tmp_path / "log.txt").exists()  # torchrun never started
+
+
+def test_the_neuron_backend_offers_its_topology_check(tmp_path):
+    backend = make_backend({"backend": "neuron", "ranks": 64, "neuron": TRN2["neuron"]}, str(tmp_path))
+    assert backend.topology is not None
+    assert make_backend({"backend": "cpu", "ranks": 2, "neuron": {}}, str(tmp_path)).topology is None
+
+
+# ---- system versions: per-device figures, dpkg on Ubuntu, rpm on Amazon Linux 2023 ----
+
+
+def recorded_tools(package_answer):
+    """A runner that answers the Neuron tools with their recorded output, packages with `package_answer`."""
+
+    def run(command):
+        if command[0] == "neuronx-cc":
+            return ToolOutput(0, recorded("neuronx-cc-version.txt"))
+        if command[0] == "neuron-ls":
+            return ToolOutput(0, recorded("neuron-ls.trn2-container.json"))
+        return package_answer(command)
+
+    return run
+
+
+def test_system_versions_record_each_device_that_neuron_ls_lists():
+    versions = read_system_versions(recorded_tools(lambda c: ToolOutput(1)), which=lambda tool: None)
+    assert versions["neuronx-cc"] == "2.27.5334.0+f702b353"
+    assert versions["neuron_ls_devices"] == 1
+    (device,) = versions["neuron_devices"]
+    assert (device["nc_count"], device["logical_neuroncore_config"], device["memory_size"]) == (4, 2, 103079215104)
+    assert device["hbm_per_rank_gib"] == 24.0
+
+
+def test_system_packages_are_read_with_dpkg_query_on_ubuntu():
+    seen = []
+
+    def dpkg(command):
+        seen.append(command)
+        return ToolOutput(0, "2.22.2.0") if command[-1] == "aws-neuronx-tools" else ToolOutput(1, "", "no packages")
+
+    versions = read_system_versions(recorded_tools(dpkg), which={"dpkg-query": "/usr/bin/dpkg-query"}.get)
+    assert versions["package_manager"] == "dpkg-query"
+    assert seen[0] == ["dpkg-query", "-W", "-f=${Version}", NEURON_SYSTEM_PACKAGES[0]]
+    assert versions["aws-neuronx-tools"] == "2.22.2.0" and versions["aws-neuronx-dkms"] == "not found"
+
+
+def test_system_packages_are_read_with_rpm_on_amazon_linux():
+    def rpm(command):
+        assert command[:3] == ["rpm", "-q", "--qf"] and command[3] == "%{VERSION}-%{RELEASE}"
+        if command[-1] == "aws-neuronx-runtime-lib":
+            return ToolOutput(0, "2.28.23.0-dc38b6d11")
+        # rpm's answer for a missing package, on stdout with exit code 1.
+        return ToolOutput(1, f"package {command[-1]} is not installed\n")
+
+    versions = read_system_versions(recorded_tools(rpm), which={"rpm": "/usr/bin/rpm"}.get)
+    assert versions["package_manager"] == "rpm"
+    assert versions["aws-neuronx-runtime-lib"] == "2.28.23.0-dc38b6d11"
+    assert versions["aws-neuronx-collectives"] == "not found"
+
+
+def test_without_a_package_manager_every_package_is_not_found():
+    versions = read_system_versions(recorded_tools(lambda c: pytest.fail(f"ran {c}")), which=lambda tool: None)
+    assert versions["package_manager"] == "not found (dpkg-query or rpm)"
+    assert all(versions[p] == "not found" for p in NEURON_SYSTEM_PACKAGES)
+
+
+# ---- 5. torch_neuronx before any neuron device ----
+
+# What importing the real torch_neuronx does to the device type name, with nothing else: after it,
+# torch.device("neuron", n) parses; before it, torch raises "Expected one of cpu, cuda, ... device type".
+FAKE_TORCH_NEURONX = "import torch\ntorch.utils.rename_privateuse1_backend('neuron')\n"
+
+
+def test_the_rank_worker_imports_torch_neuronx_before_making_its_device(tmp_path):
+    (tmp_path / "torch_neuronx.py").write_text(FAKE_TORCH_NEURONX)
+    # A fresh interpreter: the device name cannot be renamed back in this one.
+    code = "from qwen3_pilot.rank_worker import device_for; print(device_for('neuron', 3))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "neuron:3"
+
+
+def test_prepare_torchtitan_imports_torch_neuronx_and_makes_the_compile_cache_folders(tmp_path, monkeypatch):
+    (tmp_path / "torch_neuronx.py").write_text("IMPORTED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # Recorded so that the fake module leaves sys.modules after the test, then out of the way of the import.
+    monkeypatch.setitem(sys.modules, "torch_neuronx", None)
+    del sys.modules["torch_neuronx"]
+    for key in COMPILE_CACHE_DIRS:
+        monkeypatch.setenv(key, str(tmp_path / "cache" / key))
+    assert prepare_torchtitan() == []
+    assert sys.modules["torch_neuronx"].IMPORTED
+    assert all((tmp_path / "cache" / key).is_dir() for key in COMPILE_CACHE_DIRS)
+
+
+def test_without_torch_neuronx_the_neuron_processes_stop_naming_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_neuronx", None)  # import raises ImportError
+    with pytest.raises(ImportError, match="the neuron backend needs torch_neuronx"):
+        prepare_torchtitan()
+
+
+# ---- 7. pins ----
+
+
+def test_nki_is_pinned_and_admits_the_recorded_version():
+    pins = read_pins(PROJECT / "envs" / "neuron.txt")
+    listed = dict(line.split() for line in recorded("pip-list.trn2-container.txt").splitlines() if line.strip())
+    assert pins["nki"].admits(listed["nki"])
+
+
+def test_the_neuron_tools_package_is_recorded_with_the_system_packages():
+    assert "aws-neuronx-tools" in NEURON_SYSTEM_PACKAGES  # provides neuron-ls
+
+
+def test_the_conda_env_installs_exactly_the_neuron_pins():
+    env = yaml.safe_load((PROJECT / "envs" / "neuron.yaml").read_text())
+    (pip,) = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
+    assert "-r neuron.txt" in pip
+    assert not [line for line in pip if "==" in line]  # no second copy of a pin that could drift
