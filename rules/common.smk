@@ -73,3 +73,11 @@ TRAIN_PACKAGES = {
     "train_native": ("torch", "torchtitan", "safetensors", "tokenizers"),
     "train_hf": ("torch", "torchtitan", "safetensors", "tokenizers", "transformers"),
 }
+
+
+def get_kernel_rules(stage):
+    """The kernel replacements one training stage builds its model with ({kernel, layers, module} each) and
+    the loss tolerance against the same run without them; only that stage's part of config `kernels`."""
+    kernels = config["kernels"]
+    rules = [{"kernel": name, **kernels["rules"][name]} for name in kernels.get(stage, [])]
+    return {"rules": rules, "loss_tolerance": kernels["loss_tolerance"]}

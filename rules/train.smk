@@ -9,6 +9,7 @@ rule train_hf:
     output:
         run=directory("results/train_hf/run"),
         control=directory("results/train_hf/control"),
+        plain=directory("results/train_hf/plain"),
         recipe="results/train_hf/recipe.json",
         summary="results/train_hf/summary.json",
     log:
@@ -20,6 +21,7 @@ rule train_hf:
     params:
         backend=get_backend_config(),
         training=config["training"],
+        kernels=get_kernel_rules("train_hf"),
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
     threads: workflow.cores
@@ -33,6 +35,7 @@ rule train_native:
     output:
         run=directory("results/train_native/run"),
         control=directory("results/train_native/control"),
+        plain=directory("results/train_native/plain"),
         recipe="results/train_native/recipe.json",
         summary="results/train_native/summary.json",
     log:
@@ -44,6 +47,7 @@ rule train_native:
     params:
         backend=get_backend_config(),
         training=config["training"],
+        kernels=get_kernel_rules("train_native"),
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
     threads: workflow.cores
@@ -95,12 +99,14 @@ rule export_reload:
         "../workflow/scripts/export_reload.py"
 
 
-# The reduced MoE: Qwen3-30B-A3B's architecture, 4 layers, 64 experts, top-4, from random init.
+# The reduced MoE: Qwen3-30B-A3B's architecture, 4 layers, 64 experts, top-4, from random init, with its
+# RoPE and experts replaced by the backend's kernels (the seed's third configuration), then without them.
 rule moe_reduced:
     input:
         **train_inputs("torch", "torchtitan", "tokenizers"),
     output:
         run=directory("results/moe_reduced/run"),
+        plain=directory("results/moe_reduced/plain"),
         recipe="results/moe_reduced/recipe.json",
         summary="results/moe_reduced/summary.json",
     log:
@@ -113,6 +119,7 @@ rule moe_reduced:
         backend=get_backend_config(),
         training=config["training"],
         moe=config["moe"],
+        kernels=get_kernel_rules("moe_reduced"),
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
     threads: workflow.cores

@@ -69,6 +69,9 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
     assert config["weights"]["repo_id"] == "Qwen/Qwen3-4B-Instruct-2507"
     assert (config["training"]["local_batch_size"], config["training"]["global_batch_size"]) == (1, 64)
     assert config["training"]["steps"] == 10 and config["data"]["dataset"] == "c4_test"
+    # The seed's third configuration: the reduced MoE with both kernels; SDPA attention everywhere.
+    assert config["kernels"]["moe_reduced"] == ["rope_hf", "moe_grouped_experts"]
+    assert config["kernels"]["train_native"] == [] and config["training"]["attention"] == "sdpa"
 
 
 @pytest.mark.parametrize(
@@ -84,6 +87,9 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
          "training.seq_len = 200: must be a multiple of 128 x neuron.lnc = 128"),
         (lambda c: c.update(backend="neuron", ranks=64),
          "weights.source = 'fixture': the neuron backend trains the published weights"),
+        (lambda c: c.update(backend="neuron", ranks=64) or c["training"].update(attention="flex"),
+         "training.attention = 'flex': flex attention compiles with inductor and Triton, which the neuron backend "
+         "does not have; allowed on neuron: 'sdpa'"),
     ],
 )
 def test_cross_key_rules_name_key_value_and_what_is_allowed(change, message):

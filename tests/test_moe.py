@@ -44,11 +44,24 @@ def test_the_full_width_reduced_spec_has_the_published_parameter_count():
     assert count_parameters(reduced_moe_model(model_spec({**moe, "experts": 128}, width, 151936, 4096))) > 1_906_330_624
 
 
-def test_kernel_numerics_says_it_did_not_run_on_neuron(tmp_path):
+def test_kernel_numerics_on_neuron_fails_at_once_naming_the_missing_packages(tmp_path):
+    """No not_run path on the target: without the Neuron packages the stage stops before measuring anything."""
     from qwen3_pilot.numerics import kernel_numerics_stage
 
-    summary = kernel_numerics_stage(
-        backend_config={"backend": "neuron", "ranks": 64, "neuron": {"lnc": 2}}, settings={}, cache_root=str(tmp_path),
-        results_path=tmp_path / "numerics.json", summary_path=tmp_path / "summary.json",
-    )
-    assert summary["status"] == "not_run" and "not run on the neuron backend" in summary["notes"][0]
+    with pytest.raises(ImportError) as raised:
+        kernel_numerics_stage(
+            backend_config={"backend": "neuron", "ranks": 64, "neuron": {"lnc": 2}}, settings={},
+            cache_root=str(tmp_path), results_path=tmp_path / "numerics.json", summary_path=tmp_path / "summary.json",
+        )
+    assert "torch_neuronx (torch-neuronx" in str(raised.value)
+    assert "nkilib.core.embeddings.rope_hf (nki-library" in str(raised.value)
+    assert not (tmp_path / "numerics.json").exists() and not (tmp_path / "summary.json").exists()
+
+
+def test_the_neuron_numerics_settings_ask_float32_to_be_exact_and_derive_the_bfloat16_bound():
+    from qwen3_pilot.numerics import BACKEND_SETTINGS, bf16_stepwise_rope_bound
+
+    neuron = BACKEND_SETTINGS["neuron"]
+    assert neuron["device"] == "neuron" and neuron["rope"]["tolerances"] == {"float32": 0.0, "bfloat16": "bf16_stepwise"}
+    # (4 + 2 sqrt 2) x 2^-8 x M: about 0.027 M; for unit-normal inputs that reach 5, about 0.13.
+    assert bf16_stepwise_rope_bound(5.0) == pytest.approx(0.1334, abs=1e-4)

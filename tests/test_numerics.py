@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from qwen3_pilot import numerics  # noqa: E402
+from qwen3_pilot.kernels import parse_replacement_lines  # noqa: E402
 from qwen3_pilot.kernels import rope as rope_kernel  # noqa: E402
 from qwen3_pilot.kernels.moe import grouped_experts_swiglu  # noqa: E402
 
@@ -109,9 +110,7 @@ def test_seq_len_rule_check_shows_the_error_firing():
 
 
 def test_seq_len_rule_raises_with_a_clear_message_in_the_model_path():
-    from torchtitan.models.common.rope import CosSinRoPE
-
-    rope = rope_kernel.HFLayoutRoPE(CosSinRoPE(CosSinRoPE.Config(dim=16, max_seq_len=512)), lnc=2)
+    rope = rope_kernel.HFLayoutRoPE(rope_kernel.HFLayoutRoPE.Config(dim=16, max_seq_len=512, lnc=2))
     x = torch.randn(1, 128, 2, 16)
     with pytest.raises(ValueError, match=r"seq_len=128 is not a multiple of 128 x LNC = 128 x 2 = 256"):
         rope(x, x)
@@ -162,7 +161,7 @@ def test_training_through_a_wrong_rope_is_reported():
     assert numerics.train_problems(trained["trains"])[0].startswith("trains: dense: losses with replacements differ")
 
 
-def test_kernel_numerics_on_a_small_config(tmp_path):
+def test_kernel_numerics_on_a_small_config(tmp_path, capfd):
     config = {
         "rope": {"shapes": ROPE_SHAPES[1:]},
         "moe": {"shapes": MOE_SHAPES},
@@ -173,7 +172,9 @@ def test_kernel_numerics_on_a_small_config(tmp_path):
     result = numerics.kernel_numerics(config, log=lines.append)
 
     assert result["problems"] == []
-    assert set(result) == {"rope", "moe", "seq_len_rule", "replacement_counts", "trains", "compile", "problems"}
+    assert set(result) == {"device", "implementations", "rope", "moe", "seq_len_rule", "replacement_counts", "trains",
+                           "compile", "problems"}
+    assert result["device"] == "cpu" and result["implementations"]["rope_hf"].startswith("PyTorch")
     layers = numerics.DEFAULTS["train"]["dense"]["layers"]
     assert result["replacement_counts"] == {
         "dense": {"rope_hf": layers}, "moe": {"rope_hf": layers, "moe_grouped_experts": layers},
@@ -182,7 +183,10 @@ def test_kernel_numerics_on_a_small_config(tmp_path):
         assert len(run["losses_reference"]) == SMALL_TRAIN["steps"] and run["verdict"] == "pass"
     assert result["compile"]["backend"] == "aot_eager"
     assert result["compile"]["models"]["dense"]["verdict"] == "pass"
-    assert any(line.startswith("rope_hf: layers.0.attention.rope") for line in lines)
+    # One launch-log line per replaced module as the replaced models are built, in the training stages' format.
+    logged = [(line["kernel"], line["path"]) for line in parse_replacement_lines(capfd.readouterr().out)]
+    assert logged.count(("rope_hf", "layers.0.attention.rope")) == 2  # the dense and the MoE model
+    assert ("moe_grouped_experts", "layers.0.moe.routed_experts.inner_experts") in logged
     json.dumps(result)
 
 

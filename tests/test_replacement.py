@@ -1,16 +1,25 @@
-"""The module replacement registry on torchtitan's real Qwen3 modules: what it replaces, and each way a
-rule is refused (no match, a match outside the target, a wrong type, a count that is not one per layer)."""
+"""The kernel replacement registry as a torchtitan ModelConfigConverter on the real Qwen3 configs: what it
+replaces before the model is built, the one log line per replaced module, and each way a rule is refused
+(a layer with no match, a layer with two, a wrong type, a rule applied twice)."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from qwen3_pilot import numerics  # noqa: E402
-from qwen3_pilot.kernels.moe import KernelGroupedExperts, grouped_experts_replacement_rule  # noqa: E402
-from qwen3_pilot.kernels.rope import HFLayoutRoPE, rope_replacement_rule  # noqa: E402
-from qwen3_pilot.replacement import ReplacementError, ReplacementRule, apply_rules, matching_modules  # noqa: E402
+from qwen3_pilot.kernels import parse_replacement_lines, replacement_log_problems  # noqa: E402
+from qwen3_pilot.kernels.moe import KernelGroupedExperts  # noqa: E402
+from qwen3_pilot.kernels.rope import HFLayoutRoPE  # noqa: E402
+from qwen3_pilot.replacement import (  # noqa: E402
+    ReplacementError,
+    apply_converters,
+    kernel_converters,
+    replaced_paths,
+)
 
 SEQ_LEN = 256
 DENSE = numerics.DEFAULTS["train"]["dense"]
@@ -18,106 +27,125 @@ MOE = numerics.DEFAULTS["train"]["moe"]
 
 
 @pytest.fixture
-def dense_model():
-    return numerics.build_tiny_model(DENSE, SEQ_LEN, moe=False, seed=0)
+def dense_config():
+    return numerics.tiny_qwen3_config(DENSE, SEQ_LEN, moe=False)
 
 
 @pytest.fixture
-def moe_model():
-    return numerics.build_tiny_model(MOE, SEQ_LEN, moe=True, seed=0)
+def moe_config():
+    return numerics.tiny_qwen3_config(MOE, SEQ_LEN, moe=True)
 
 
-def identity_rule(pattern: str, expected: int | None = None, **fields) -> ReplacementRule:
-    return ReplacementRule(
-        name="probe", pattern=pattern, replacement_factory=lambda module: module,
-        expected_count=(lambda model: expected) if expected is not None else None, **fields,
+def convert(config, *rules, lnc=2):
+    return apply_converters(config, kernel_converters(list(rules), lnc))
+
+
+def test_rope_rule_replaces_the_config_of_every_layer_and_the_model_computes_the_same(dense_config, capfd):
+    reference = numerics.build_tiny_model(DENSE, SEQ_LEN, moe=False, seed=0)
+    converted = convert(copy.deepcopy(dense_config), {"kernel": "rope_hf"})
+    assert replaced_paths(converted) == {"rope_hf": [f"layers.{i}.attention.rope" for i in range(DENSE["layers"])]}
+    assert all(isinstance(layer.attention.rope, HFLayoutRoPE.Config) for layer in converted.layers)
+    assert converted.layers[0].attention.rope.lnc == 2
+
+    model = converted.build()
+    model.init_states()  # torchtitan's own init rebuilds the replaced module's cos/sin cache
+    model.load_state_dict(reference.state_dict())
+    tokens = torch.randint(0, DENSE["vocab"], (1, SEQ_LEN))
+    assert torch.equal(model(tokens), reference(tokens))
+    assert isinstance(model.get_submodule("layers.0.attention.rope"), HFLayoutRoPE)
+    lines = parse_replacement_lines(capfd.readouterr().out)
+    assert [(line["kernel"], line["path"], line["source"], line["target"]) for line in lines] == [
+        ("rope_hf", f"layers.{i}.attention.rope", "CosSinRoPE", "HFLayoutRoPE") for i in range(DENSE["layers"])
+    ]
+
+
+def test_moe_rules_keep_the_state_dict(moe_config):
+    reference = numerics.build_tiny_model(MOE, SEQ_LEN, moe=True, seed=0)
+    model = convert(moe_config, {"kernel": "rope_hf"}, {"kernel": "moe_grouped_experts"}).build()
+    assert set(model.state_dict()) == set(reference.state_dict())
+    assert isinstance(model.get_submodule("layers.0.moe.routed_experts.inner_experts"), KernelGroupedExperts)
+
+
+def test_a_layers_pattern_narrows_the_rule(dense_config):
+    converted = convert(dense_config, {"kernel": "rope_hf", "layers": "1"})
+    assert replaced_paths(converted) == {"rope_hf": ["layers.1.attention.rope"]}
+    assert not isinstance(converted.layers[0].attention.rope, HFLayoutRoPE.Config)
+
+
+def test_a_layer_without_a_match_is_named(dense_config):
+    with pytest.raises(ReplacementError, match=r"no module matches in layer\(s\) 0, 1"):
+        convert(dense_config, {"kernel": "moe_grouped_experts"})  # a dense model has no experts
+
+
+def test_two_matches_in_a_layer_are_named(moe_config):
+    # "moe.*experts*" catches routed_experts and the inner_experts inside it.
+    with pytest.raises(ReplacementError, match=r"2 modules match in layer 0: layers\.0\.moe\.routed_experts, "
+                                               r"layers\.0\.moe\.routed_experts\.inner_experts"):
+        convert(moe_config, {"kernel": "moe_grouped_experts", "module": "moe.*experts*"})
+
+
+def test_a_module_of_the_wrong_type_is_refused(dense_config):
+    with pytest.raises(ReplacementError, match=r"not a CosSinRoPE\.Config: layers\.0\.attention\.qk_norm"):
+        convert(dense_config, {"kernel": "rope_hf", "module": "attention.qk_norm"})
+
+
+def test_a_layers_pattern_that_selects_nothing_is_refused(dense_config):
+    with pytest.raises(ReplacementError, match="selects none of the model's 2 layers"):
+        convert(dense_config, {"kernel": "rope_hf", "layers": "9"})
+
+
+def test_a_rule_applied_twice_is_refused_and_a_refused_rule_changes_nothing(dense_config):
+    with pytest.raises(ReplacementError, match=r"already replaced: layers\.0\.attention\.rope \(by rope_hf\)"):
+        convert(dense_config, {"kernel": "rope_hf"}, {"kernel": "rope_hf"})
+    fresh = numerics.tiny_qwen3_config(DENSE, SEQ_LEN, moe=False)
+    with pytest.raises(ReplacementError):
+        convert(fresh, {"kernel": "rope_hf", "module": "attention.*"})
+    assert replaced_paths(fresh) == {}
+
+
+def test_an_unknown_kernel_is_refused(dense_config):
+    with pytest.raises(ValueError, match="kernel 'nki_rope': unknown; known kernels: moe_grouped_experts, rope_hf"):
+        convert(dense_config, {"kernel": "nki_rope"})
+
+
+# ---- the launch-log check the training stages run (torch-free) ----
+
+
+def log_of(*paths, kernel="rope_hf"):
+    return "\n".join(
+        f"[rank0]: kernel replacement: {kernel} {path} CosSinRoPE -> HFLayoutRoPE [PyTorch]" for path in paths
     )
 
 
-def module_types(model, pattern: str) -> set[str]:
-    return {type(module).__name__ for _, module in matching_modules(model, pattern)}
+RULE = [{"kernel": "rope_hf", "layers": "*"}]
 
 
-def test_rope_rule_replaces_one_rope_per_layer_and_keeps_outputs(dense_model):
-    tokens = torch.randint(0, DENSE["vocab"], (1, SEQ_LEN))
-    before = dense_model(tokens)
-    lines: list[str] = []
-
-    counts = apply_rules(dense_model, [rope_replacement_rule(lnc=2)], log=lines.append)
-
-    assert counts == {"rope_hf": DENSE["layers"]}
-    assert module_types(dense_model, "layers.*.attention.rope") == {"HFLayoutRoPE"}
-    assert lines == [f"rope_hf: layers.{i}.attention.rope CosSinRoPE -> HFLayoutRoPE" for i in range(DENSE["layers"])]
-    assert torch.equal(dense_model(tokens), before)
+def test_the_log_check_passes_one_line_per_layer():
+    lines = parse_replacement_lines(log_of("layers.0.attention.rope", "layers.1.attention.rope"))
+    assert lines[1]["layer"] == "1" and lines[1]["impl"] == "PyTorch"
+    assert replacement_log_problems(lines, RULE, n_layers=2) == []
 
 
-def test_moe_rule_replaces_experts_and_keeps_the_state_dict(moe_model):
-    keys_before = set(moe_model.state_dict())
-    counts = apply_rules(moe_model, [rope_replacement_rule(), grouped_experts_replacement_rule()], log=lambda line: None)
-
-    assert counts == {"rope_hf": MOE["layers"], "moe_grouped_experts": MOE["layers"]}
-    experts = moe_model.get_submodule("layers.0.moe.routed_experts.inner_experts")
-    assert isinstance(experts, KernelGroupedExperts)
-    assert set(moe_model.state_dict()) == keys_before
+def test_the_log_check_names_layers_with_none_and_with_two():
+    text = log_of("layers.0.attention.rope", "layers.0.attention.rope", "layers.2.attention.rope")
+    assert replacement_log_problems(parse_replacement_lines(text), RULE, n_layers=4) == [
+        "rope_hf: no replacement logged in layer(s) 1, 3 (expected one in each of layers 0, 1, 2, 3)",
+        "rope_hf: 2 replacements logged in layer 0: layers.0.attention.rope, layers.0.attention.rope",
+    ]
 
 
-def test_zero_matches_raise(dense_model):
-    with pytest.raises(ReplacementError, match="matched no module"):
-        apply_rules(dense_model, [identity_rule("layers.*.attention.rotary_emb", expected=DENSE["layers"])])
+def test_the_log_check_names_layers_outside_the_rule_and_unconfigured_kernels():
+    text = log_of("layers.0.attention.rope", "layers.1.attention.rope") + "\n" + log_of(
+        "layers.0.moe.routed_experts.inner_experts", kernel="moe_grouped_experts"
+    )
+    problems = replacement_log_problems(parse_replacement_lines(text), [{"kernel": "rope_hf", "layers": "0"}], 2)
+    assert problems == [
+        "rope_hf: replacements logged in layer(s) 1, outside the rule's layers '0'",
+        "replacements logged for kernel(s) moe_grouped_experts, which this run did not configure",
+    ]
 
 
-def test_moe_rule_on_a_dense_model_raises(dense_model):
-    with pytest.raises(ReplacementError, match="moe_grouped_experts: pattern .* matched no module"):
-        apply_rules(dense_model, [grouped_experts_replacement_rule()])
-
-
-def test_match_outside_the_scope_raises(dense_model):
-    # "*norm" also catches the final norm, which is not in any layer.
-    with pytest.raises(ReplacementError, match=r"outside the scope 'layers\.\*'.*: norm$"):
-        apply_rules(dense_model, [identity_rule("*norm", expected=1)])
-
-
-def test_more_matches_than_expected_raise(dense_model):
-    # q_norm and k_norm: two per layer where one per layer is expected.
-    with pytest.raises(ReplacementError, match=f"matched {2 * DENSE['layers']} module\\(s\\), expected {DENSE['layers']}"):
-        apply_rules(dense_model, [identity_rule("layers.*.attention.?_norm", expected=DENSE["layers"])])
-
-
-def test_wrong_module_type_raises(dense_model):
-    from torchtitan.models.common.moe import GroupedExperts
-
-    with pytest.raises(ReplacementError, match="not GroupedExperts.*CosSinRoPE"):
-        rule = identity_rule("layers.*.attention.rope", expected=DENSE["layers"], required_type=GroupedExperts)
-        apply_rules(dense_model, [rule])
-
-
-def test_expected_count_override_is_checked(dense_model):
-    with pytest.raises(ReplacementError, match=f"matched {DENSE['layers']} module\\(s\\), expected 1"):
-        apply_rules(dense_model, [rope_replacement_rule()], expected_counts={"rope_hf": 1})
-
-
-def test_rule_without_expected_count_raises(dense_model):
-    with pytest.raises(ReplacementError, match="no expected count"):
-        apply_rules(dense_model, [identity_rule("layers.*.attention.rope")])
-
-
-def test_overlapping_rules_raise(dense_model):
-    attention = identity_rule("layers.*.attention", expected=DENSE["layers"])
-    with pytest.raises(ReplacementError, match="both reach"):
-        apply_rules(dense_model, [attention, rope_replacement_rule()])
-
-
-def test_a_refused_rule_leaves_the_model_untouched(dense_model):
-    with pytest.raises(ReplacementError):
-        apply_rules(dense_model, [rope_replacement_rule(), identity_rule("layers.*.missing", expected=1)])
-    assert module_types(dense_model, "layers.*.attention.rope") == {"CosSinRoPE"}
-
-
-def test_replaced_rope_cache_is_rebuilt_by_torchtitan_init_states(dense_model):
-    apply_rules(dense_model, [rope_replacement_rule()], log=lambda line: None)
-    rope = dense_model.get_submodule("layers.0.attention.rope")
-    assert isinstance(rope, HFLayoutRoPE)
-    expected = rope.source.cache.clone()
-    rope.source.cache.zero_()
-    dense_model.init_states()
-    assert torch.equal(rope.source.cache, expected)
+def test_no_lines_fail_every_configured_kernel():
+    assert replacement_log_problems([], RULE, n_layers=2) == [
+        "rope_hf: no replacement logged in layer(s) 0, 1 (expected one in each of layers 0, 1)"
+    ]

@@ -19,7 +19,9 @@ from qwen3_pilot.training import (
     failure_reason,
     launch_failure,
     loaded_weights_gate,
+    loss_agreement,
     read_steps,
+    replacement_check,
 )
 
 GATE = {"min_gap": 1.0, "control_below_ln_vocab": 0.5, "control_above_ln_vocab": 1.5}
@@ -139,3 +141,53 @@ def test_compare_recipes_reports_the_difference_and_fails_past_the_tolerance(tmp
     with pytest.raises(TrainingError, match="step-1 losses differ by 1.391900"):
         compare_recipes_stage(hf_summary=hf, native_summary=far, tolerance=1e-3, backend="cpu",
                               summary_path=tmp_path / "summary2.json")
+
+
+# ---- kernel replacements in training: the launch log, and replaced against plain ----
+
+
+def launch_with_output(tmp_path, text):
+    log = tmp_path / "stage.log"
+    log.write_text("an earlier launch: kernel replacement: rope_hf layers.9.attention.rope CosSinRoPE -> HFLayoutRoPE [x]\n")
+    start = log.stat().st_size
+    log.write_text(log.read_text() + text)
+    return Launch([], {}, 0, 1.0, log_path=log, log_start=start, log_end=log.stat().st_size)
+
+
+def replacement_line(layer, kernel="rope_hf"):
+    return f"[rank0]: kernel replacement: {kernel} layers.{layer}.attention.rope CosSinRoPE -> HFLayoutRoPE [PyTorch]\n"
+
+
+RULES = [{"kernel": "rope_hf", "layers": "*"}]
+
+
+def test_replacement_check_reads_only_its_own_launch_and_counts_per_kernel(tmp_path):
+    run = launch_with_output(tmp_path, replacement_line(0) + "step 1 loss 5.0\n" + replacement_line(1))
+    figures = replacement_check("train_native", run, RULES, n_layers=2)
+    assert figures["per_kernel"]["rope_hf"]["replaced"] == 2
+    assert figures["per_kernel"]["rope_hf"]["implementation"] == "PyTorch"
+    assert figures["log_lines"][0] == "rope_hf layers.0.attention.rope CosSinRoPE -> HFLayoutRoPE [PyTorch]"
+
+
+def test_replacement_check_fails_naming_the_layers(tmp_path):
+    run = launch_with_output(tmp_path, replacement_line(0) + replacement_line(0))
+    with pytest.raises(TrainingError, match=r"(?s)train_native: kernel replacements in the launch log.*"
+                                            r"no replacement logged in layer\(s\) 1 .*2 replacements logged in layer 0"):
+        replacement_check("train_native", run, RULES, n_layers=2)
+
+
+def steps_of(*losses):
+    return [{"step": i + 1, "loss": loss} for i, loss in enumerate(losses)]
+
+
+def test_loss_agreement_compares_every_step():
+    figures, problems = loss_agreement(steps_of(5.0, 4.9), steps_of(5.0, 4.90001), tolerance=1e-4)
+    assert problems == [] and figures["max_abs_loss_diff"] == pytest.approx(1e-5)
+    assert figures["steps"][1] == {"step": 2, "loss_replaced": 4.9, "loss_plain": 4.90001, "abs_diff": pytest.approx(1e-5)}
+    _, problems = loss_agreement(steps_of(5.0, 4.9), steps_of(5.0, 4.8), tolerance=1e-4)
+    assert problems == ["losses with the kernel replacements differ from the plain run by up to 0.1 (first past the tolerance at step 2); "
+                        "kernels.loss_tolerance = 0.0001"]
+    _, problems = loss_agreement(steps_of(5.0, math.nan), steps_of(5.0, 4.8), tolerance=1e-4)
+    assert problems and "differ" in problems[0]
+    _, problems = loss_agreement(steps_of(5.0), steps_of(5.0, 4.8), tolerance=1e-4)
+    assert problems == ["the replaced run logged 1 steps, the plain run 2"]

@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import pytest
+import yaml
 from conftest import SNAKEMAKE, output, run_snakemake
 
 pytestmark = pytest.mark.e2e
@@ -134,7 +135,6 @@ WORKAROUNDS = [
     ("train_native", "memory", "get_device_name"),
     ("train_native", "barrier", "BarrierOptions"),
     ("train_native", "fsdp_sum", "PREMUL_SUM"),
-    ("train_hf", "hf_sdpa", "FlexAttention does not support backward on CPU"),
 ]
 
 
@@ -143,3 +143,47 @@ def test_each_cpu_workaround_is_needed(copy_of_run, stage, workaround, error):
     result = rerun(copy_of_run, stage, env={"QWEN3_PILOT_SKIP_CPU_WORKAROUNDS": workaround})
     assert result.returncode != 0
     assert error in output(result), output(result)[-3000:]
+
+
+def test_flex_attention_in_the_hf_recipe_fails_on_cpu(copy_of_run):
+    """Why training.attention is sdpa: torchtitan's transformers backend routes attention through flex."""
+    set_config(copy_of_run, lambda c: c.setdefault("training", {}).update({"attention": "flex"}))
+    result = rerun(copy_of_run, "train_hf")
+    assert result.returncode != 0
+    assert "FlexAttention does not support backward on CPU" in output(result), output(result)[-3000:]
+
+
+
+def set_config(ws, change):
+    overlay = ws / "config" / "test.yaml"
+    config = yaml.safe_load(overlay.read_text())
+    change(config)
+    overlay.write_text(yaml.safe_dump(config))
+
+
+@pytest.mark.parametrize("module, named", [
+    ("moe.*experts*", "2 modules match in layer 0: layers.0.moe.routed_experts, layers.0.moe.routed_experts.inner_experts"),
+    ("moe.experts_renamed", "no module matches in layer(s) 0, 1, 2, 3"),
+], ids=["two_in_a_layer", "none_in_a_layer"])
+def test_a_replacement_pattern_that_is_not_one_per_layer_fails_moe_reduced(copy_of_run, module, named):
+    set_config(copy_of_run, lambda c: c.setdefault("kernels", {}).setdefault("rules", {}).update(
+        {"moe_grouped_experts": {"module": module}}))
+    result = rerun(copy_of_run, "moe_reduced")
+    assert result.returncode != 0
+    assert named in output(result), output(result)[-3000:]
+
+
+def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(copy_of_run):
+    plain_losses = [s["loss"] for s in json.loads(
+        (copy_of_run / "results" / "train_native" / "summary.json").read_text())["figures"]["steps"]]
+    set_config(copy_of_run, lambda c: c.setdefault("kernels", {}).update({"train_native": ["rope_hf"]}))
+    result = rerun(copy_of_run, "train_native")
+    assert result.returncode == 0, output(result)[-3000:]
+    figures = json.loads((copy_of_run / "results" / "train_native" / "summary.json").read_text())["figures"]
+    replacements = figures["kernel_replacements"]
+    assert replacements["per_kernel"]["rope_hf"]["modules"] == ["layers.0.attention.rope", "layers.1.attention.rope"]
+    agreement = replacements["against_plain"]
+    assert agreement["max_abs_loss_diff"] <= agreement["tolerance"] == 1e-4
+    # The same losses as the earlier run of the plain recipe, from the same weights and batches.
+    replaced_losses = [s["loss"] for s in figures["steps"]]
+    assert max(abs(a - b) for a, b in zip(replaced_losses, plain_losses)) <= 1e-4

@@ -112,6 +112,24 @@ def test_moe_reduced_counts_parameters_and_router_load(completed_run):
     assert "not a Qwen3-30B-A3B training result" in stage["notes"][0]
 
 
+def test_moe_reduced_trains_with_both_kernels_one_per_layer_and_matches_the_plain_run(completed_run):
+    figures = stage_figures(completed_run, "moe_reduced")
+    replacements = figures["kernel_replacements"]
+    for kernel, module in (("rope_hf", "attention.rope"), ("moe_grouped_experts", "moe.routed_experts.inner_experts")):
+        entry = replacements["per_kernel"][kernel]
+        assert entry["modules"] == [f"layers.{i}.{module}" for i in range(4)], kernel
+        assert entry["implementation"], kernel
+    assert len(replacements["log_lines"]) == 8
+    agreement = replacements["against_plain"]
+    assert [row["step"] for row in agreement["steps"]] == list(range(1, 11))
+    assert agreement["max_abs_loss_diff"] <= agreement["tolerance"]
+    # The plain run is a separate launch without replacements: its log has no replacement lines of its own.
+    plain_recipe = json.loads((completed_run / "results" / "moe_reduced" / "recipe.plain.json").read_text())
+    assert plain_recipe["replacements"] == []
+    assert (completed_run / "results" / "moe_reduced" / "plain" / "metrics.jsonl").exists()
+    assert stage_figures(completed_run, "train_native")["kernel_replacements"].startswith("none configured")
+
+
 def test_one_log_per_job(completed_run):
     logs = {p.relative_to(completed_run / "logs").as_posix() for p in (completed_run / "logs").rglob("*.log")}
     for expected in ("fetch_corpus/fetch_corpus.log", "verify_ranks/verify_ranks.log", "pin_env/torch.log",

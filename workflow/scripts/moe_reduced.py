@@ -8,6 +8,7 @@ with stage_log(snakemake.log[0]):
         backend_config=snakemake.params.backend,
         dataset=snakemake.params.dataset,
         training=snakemake.params.training,
+        kernels=snakemake.params.kernels,
         moe=snakemake.params.moe,
         cache_root=snakemake.params.cache_root,
         checkpoint_dir=Path(snakemake.input.checkpoint),
@@ -15,6 +16,7 @@ with stage_log(snakemake.log[0]):
         ranks_summary=Path(snakemake.input.ranks),
         recipe_path=Path(snakemake.output.recipe),
         run_dir=Path(snakemake.output.run),
+        plain_dir=Path(snakemake.output.plain),
         summary_path=Path(snakemake.output.summary),
         log_path=Path(snakemake.log[0]),
     )

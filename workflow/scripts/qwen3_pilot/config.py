@@ -57,6 +57,11 @@ def config_problems(config: dict[str, Any]) -> list[str]:
             f"fixture.num_key_value_heads = {fixture['num_key_value_heads']}: must divide "
             f"fixture.num_attention_heads = {fixture['num_attention_heads']} (grouped-query attention)"
         )
+    if config["backend"] == "neuron" and training["attention"] != "sdpa":
+        problems.append(
+            f"training.attention = {training['attention']!r}: flex attention compiles with inductor and Triton, "
+            "which the neuron backend does not have; allowed on neuron: 'sdpa'"
+        )
     if config["backend"] == "neuron" and config["weights"]["source"] == "fixture":
         problems.append(
             "weights.source = 'fixture': the neuron backend trains the published weights; allowed: 'hub'"

@@ -14,9 +14,12 @@ from .parity import read_checkpoint_values
 from .training import (
     CONFIG_FUNCTIONS,
     METRICS_FILE,
+    PLAIN_RECIPE,
     TrainingError,
     launch_and_read,
     ranks_peak_flops,
+    replaced_against_plain,
+    replacement_proves,
     usable_backend,
     write_recipe,
 )
@@ -62,9 +65,9 @@ def router_load(path: Path, tokens_per_step: int, top_k: int) -> tuple[dict[str,
 
 
 def moe_stage(
-    *, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], moe: dict[str, Any], cache_root: str,
-    checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
-    summary_path: Path, log_path: Path,
+    *, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], moe: dict[str, Any],
+    kernels: dict[str, Any], cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path,
+    recipe_path: Path, run_dir: Path, plain_dir: Path, summary_path: Path, log_path: Path,
 ) -> dict[str, Any]:
     from .recipes import count_parameters, reduced_moe_model
     from .summary import StageSummary
@@ -82,9 +85,10 @@ def moe_stage(
                             f"moe.full_width.expected_params = {full['expected_params']:,}")
     trained_params = count_parameters(reduced_moe_model(trained_spec))
     parity_path = recipe_path.with_name("parity.json")  # unused by this recipe; launch_failure looks for it
-    write_recipe(
+    recipe = write_recipe(
         recipe_path, stage=STAGE, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
         training=training, peak_flops_per_rank=ranks_peak_flops(ranks_summary), parity_path=parity_path,
+        replacements=kernels["rules"], lnc=backend_config["neuron"]["lnc"],
         moe=trained_spec, router_load_path=str((run_dir / ROUTER_LOAD_FILE).resolve()),
     )
     run, steps = launch_and_read(
@@ -95,6 +99,13 @@ def moe_stage(
                                  moe["top_k"])
     if problems:
         raise TrainingError(f"{STAGE}: router load:\n  - " + "\n  - ".join(problems))
+    # The plain run records its router load elsewhere: it must not add to this run's.
+    recipe = {**recipe, "router_load_path": str((plain_dir / ROUTER_LOAD_FILE).resolve())}
+    replacements = replaced_against_plain(
+        STAGE, backend, config_function=CONFIG_FUNCTIONS[STAGE], recipe=recipe, recipe_path=recipe_path, run=run,
+        steps=steps, plain_dir=plain_dir, log_path=log_path, parity_path=parity_path, kernels=kernels,
+        n_layers=moe["layers"],
+    )
     full_width_trained = trained_params == full_params
     summary = StageSummary(
         stage=STAGE,
@@ -106,7 +117,7 @@ def moe_stage(
             "full_width_parameters": full_params,
             "full_width_trained": full_width_trained,
             "ranks": backend.expected_ranks,
-            "parallelism": "FSDP over all ranks, tensor parallel 1, no expert parallelism, eager",
+            "parallelism": "FSDP over all ranks, tensor parallel 1, no expert parallelism, SDPA attention, eager",
             "steps_trained": len(steps),
             "first_loss": steps[0]["loss"],
             "final_loss": steps[-1]["loss"],
@@ -114,6 +125,7 @@ def moe_stage(
             "launch_wall_s": round(run.wall_s, 2),
             "router_load": load,
             "steps": steps,
+            "kernel_replacements": replacements or f"none configured (kernels.{STAGE})",
         },
         notes=[
             "REDUCED MODEL: Qwen3-30B-A3B's architecture cut to "
@@ -126,6 +138,7 @@ def moe_stage(
             f"load-balancing hook) for {len(steps)} steps with FSDP over {backend.expected_ranks} "
             f"{backend.dist_backend} ranks, every loss finite; every step routed each token to exactly "
             f"{moe['top_k']} experts in every layer; the full-width spec has {full_params:,} parameters."
+            + replacement_proves(replacements)
         ),
         does_not_prove=(
             "Anything about training Qwen3-30B-A3B: 4 of 48 layers, 64 of 128 experts, random init, 10 steps. "
@@ -135,5 +148,6 @@ def moe_stage(
                "taken at full width.")
         ),
     )
-    summary.add_artifacts([recipe_path, run_dir / METRICS_FILE, run_dir / ROUTER_LOAD_FILE])
+    plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []
+    summary.add_artifacts([recipe_path, run_dir / METRICS_FILE, run_dir / ROUTER_LOAD_FILE, *plain])
     return summary.write(summary_path)

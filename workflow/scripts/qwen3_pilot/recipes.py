@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .parity import check_parity, read_checkpoint_values
-
-RECIPE_ENV = "QWEN3_PILOT_RECIPE"
+from .training import RECIPE_ENV
 
 
 def load_recipe() -> dict[str, Any]:
@@ -89,12 +88,38 @@ def native_model_from_checkpoint(hf: dict[str, Any]):
 
 
 def use_sdpa(model) -> None:
-    """SDPA (causal) in every layer: flex attention has no backward on CPU, and the seed recipe makes the
-    same choice on Trainium."""
+    """SDPA (causal) in every layer: flex attention has no backward on CPU and compiles with inductor and
+    Triton, which Trainium has neither of; the seed recipe makes the same choice there."""
     from torchtitan.models.common.attention import ScaledDotProductAttention
 
     for layer in model.layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
+
+
+def set_attention(model, recipe: dict[str, Any]) -> None:
+    """config training.attention: "sdpa" (every backend's default) or torchtitan's own "flex"."""
+    if recipe["attention"] == "sdpa":
+        use_sdpa(model)
+
+
+def use_sdpa_in_hf_backend() -> None:
+    """The transformers backend's SDPA: torchtitan's transformers backend registers a flex-attention function
+    under "flex_torchtitan" in transformers' AttentionInterface and builds a flex BlockMask per batch (on
+    CPU: "NotImplementedError: FlexAttention does not support backward on CPU"; on neuron flex needs
+    inductor and Triton). This calls transformers' SDPA path, causal and without a document mask: the
+    native recipe's SDPA semantics."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import AttentionInterface
+
+    import torchtitan.experiments.transformers_modeling_backend.model as hf_backend
+
+    def sdpa_attention(module, query, key, value, attention_mask, **kwargs):
+        kwargs.pop("is_causal", None)
+        return sdpa_attention_forward(module, query, key, value, None, is_causal=True, **kwargs)
+
+    hf_backend._flex_attention_torchtitan = sdpa_attention
+    AttentionInterface._global_mapping[hf_backend._ATTN_IMPLEMENTATION] = sdpa_attention
+    hf_backend.HFTransformerModel.get_attention_masks = lambda self, positions: None
 
 
 def native_model_values(model) -> dict[str, Any]:
@@ -126,13 +151,27 @@ def native_model_spec(recipe: dict[str, Any]):
     or around a registered flavor when the config names one; checked field by field against config.json."""
     from torchtitan.models.qwen3 import model_registry
 
+    from .replacement import apply_converters
+
     hf = read_checkpoint_values(Path(recipe["checkpoint"]))
     flavor = recipe.get("native_flavor")
-    base = model_registry(flavor or "32B")
-    model = base.model if flavor else native_model_from_checkpoint(hf)
-    use_sdpa(model)
+    converters = recipe_converters(recipe)
+    if flavor:
+        base = model_registry(flavor, converters=converters)
+        model = base.model
+    else:
+        base = model_registry("32B")
+        model = apply_converters(native_model_from_checkpoint(hf), converters)
+    set_attention(model, recipe)
     check_parity("train_native", native_model_values(model), hf, recipe["accepted_differences"], _parity_out(recipe))
     return dataclasses.replace(base, flavor=flavor or f"checkpoint:{Path(recipe['checkpoint']).name}", model=model)
+
+
+def recipe_converters(recipe: dict[str, Any]) -> list:
+    """The kernel replacements the recipe names (config key kernels.<stage>), as torchtitan converters."""
+    from .replacement import kernel_converters
+
+    return kernel_converters(recipe.get("replacements", []), recipe.get("lnc"))
 
 
 # ---- Transformers backend: the HF model class built by Transformers v5 from config.json ----
@@ -259,8 +298,15 @@ def qwen3_hf():
         transformers_modeling_backend_full,
     )
 
+    import torchtitan.experiments.transformers_modeling_backend.model as hf_backend
+
     recipe = load_recipe()
+    # torchtitan 0.3.0's transformers backend loads the config with trust_remote_code=True for every
+    # model_type outside its denylist; Qwen3 is built into transformers, so no remote code is ever wanted.
+    hf_backend._REMOTE_CONFIG_DENYLIST = hf_backend._REMOTE_CONFIG_DENYLIST | {"qwen3"}
     check_hf_backend_build(recipe)
+    if recipe["attention"] == "sdpa":
+        use_sdpa_in_hf_backend()
     config = transformers_modeling_backend_full()
     config.hf_model = recipe["checkpoint"]  # AutoConfig from the local folder; no remote code
     return _shared(config, recipe)
@@ -313,12 +359,13 @@ def qwen3_moe_reduced():
     from torchtitan.models.qwen3 import model_registry
     from torchtitan.models.qwen3.config_registry import qwen3_32b
 
+    from .replacement import apply_converters
     from .titan_metrics import recording_router_load
 
     recipe = load_recipe()
     base = model_registry("30B-A3B")
-    model = reduced_moe_model(recipe["moe"])
-    use_sdpa(model)
+    model = apply_converters(reduced_moe_model(recipe["moe"]), recipe_converters(recipe))
+    set_attention(model, recipe)
     config = qwen3_32b()
     config.model_spec = dataclasses.replace(
         base, flavor="30B-A3B-reduced", model=model,

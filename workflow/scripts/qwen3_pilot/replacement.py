@@ -1,144 +1,140 @@
-"""Module replacement: swap named submodules of a built model for kernel-backed ones, and refuse to do it
-silently wrong.
+"""The kernel replacement registry as torchtitan's own mechanism: a `ModelConfigConverter` that swaps the
+*configuration* of the intended modules before the model is built (as torchtitan's LoRA and quantization
+converters do), so the trainer builds, shards, initialises and checkpoints the replaced model as it would
+the original.
 
-A `ReplacementRule` names the modules it replaces with an fnmatch pattern over the fully-qualified names
-of `model.named_modules()` (as in `fnmatch`, `*` also crosses dots: "layers.*.attention.rope" matches
-"layers.11.attention.rope"). `apply_rules` checks every rule before it touches the model, so a rule that
-fails leaves the model as it was:
+One `KernelReplacement.Config` per kernel (`kernels.KERNELS`): `layers` is an fnmatch pattern over the
+layer names ("*" every layer, "[0-1]" the first two, "3" one), `module` an fnmatch pattern over the module
+paths inside a layer (default: the kernel's own module, e.g. "attention.rope"). The converter checks the
+whole tree before it replaces anything, so a rule that fails leaves the config as it was:
 
-- a rule that matches no module is an error (a renamed torchtitan submodule would otherwise turn the
-  kernel off without a word);
-- every match must lie inside the rule's scope ("layers.*" by default) and be of the rule's required type
-  (a pattern that also catches the final norm, or a ComplexRoPE where a CosSinRoPE was meant, is an error);
-- the number of matches must equal the expected count, normally one per targeted transformer layer.
+- every targeted layer must hold exactly one matching module (none: a renamed torchtitan submodule would
+  otherwise turn the kernel off without a word; two: a pattern that also catches a sibling);
+- each match must be the config of the class the kernel replaces (a ComplexRoPE where a CosSinRoPE was
+  meant is an error), and not one another rule already replaced.
 
-One log line per replaced module ("rope_hf: layers.3.attention.rope CosSinRoPE -> HFLayoutRoPE").
+Runs in the trainer processes, the numerics stage and the preflight (all of which import torchtitan).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import logging
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
 
-_log = logging.getLogger(__name__)
+from torchtitan.protocols.model import ModelConfigConverter
+from torchtitan.protocols.module import Module
+
+from .kernels import KERNELS, ReplacedConfig, known_kernel, targeted_layers
 
 
 class ReplacementError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class ReplacementRule:
-    """What to replace (`pattern`, optionally `required_type`), where it may be (`scope`), with what
-    (`replacement_factory(original) -> new module`) and how many of them there must be
-    (`expected_count(model)`, e.g. the number of transformer layers)."""
+def _source_and_target(kernel: str):
+    """torchtitan's config class the kernel replaces, and the kernel module's class."""
+    if kernel == "rope_hf":
+        from torchtitan.models.common.rope import CosSinRoPE
 
-    name: str
-    pattern: str
-    replacement_factory: Callable[[Any], Any]
-    expected_count: Callable[[Any], int] | None = None
-    required_type: type | tuple[type, ...] | None = None
-    scope: str = "layers.*"
-    # What the rule is meant to hit, in words, for error messages and the report.
-    target: str = ""
+        from .kernels.rope import HFLayoutRoPE
 
+        return CosSinRoPE.Config, HFLayoutRoPE
+    from torchtitan.models.common.moe import GroupedExperts
 
-def matching_modules(model, pattern: str) -> list[tuple[str, Any]]:
-    """(name, module) for every submodule whose fully-qualified name matches `pattern` (the root, whose
-    name is empty, never matches)."""
-    return [(name, module) for name, module in model.named_modules() if name and fnmatch.fnmatchcase(name, pattern)]
+    from .kernels.moe import KernelGroupedExperts
+
+    return GroupedExperts.Config, KernelGroupedExperts
 
 
-def apply_rules(
-    model,
-    rules: Iterable[ReplacementRule],
-    expected_counts: Mapping[str, int] | None = None,
-    log: Callable[[str], None] | None = None,
-) -> dict[str, int]:
-    """Replaces every module each rule matches (setattr on its parent) and returns {rule name: count}.
+class KernelReplacement(ModelConfigConverter):
+    @dataclass(kw_only=True, slots=True)
+    class Config(ModelConfigConverter.Config):
+        kernel: str
+        """A name in qwen3_pilot.kernels.KERNELS."""
 
-    `expected_counts[rule.name]`, when given, overrides `rule.expected_count(model)`. Raises
-    ReplacementError, before any module is replaced, when a rule breaks one of the checks above."""
-    log = log or _log.info
-    rules = list(rules)
-    planned = {rule.name: _checked_matches(model, rule, _expected_count(model, rule, expected_counts)) for rule in rules}
-    _check_no_overlap(planned)
-    for rule in rules:
-        for name, original in planned[rule.name]:
-            replacement = rule.replacement_factory(original)
-            _set_submodule(model, name, replacement)
-            log(f"{rule.name}: {name} {type(original).__name__} -> {type(replacement).__name__}")
-    return {rule.name: len(planned[rule.name]) for rule in rules}
+        layers: str = "*"
+        """fnmatch pattern over the layer names ("0", "1", ...): which layers the rule targets."""
 
+        module: str | None = None
+        """fnmatch pattern over module paths inside a layer; None: the kernel's own module."""
 
-def _expected_count(model, rule: ReplacementRule, expected_counts: Mapping[str, int] | None) -> int:
-    if expected_counts is not None and rule.name in expected_counts:
-        return expected_counts[rule.name]
-    if rule.expected_count is None:
-        raise ReplacementError(
-            f"rule {rule.name}: no expected count (give the rule an expected_count function or pass "
-            f"expected_counts[{rule.name!r}]); a replacement without one cannot tell a partial match"
-        )
-    return rule.expected_count(model)
+        lnc: int | None = None
+        """The neuron LNC whose kernel rules apply (RoPE: seq len a multiple of 128 x LNC); None: none."""
 
+    def __init__(self, config: Config, **kwargs):
+        self.config = config
+        self.kernel = known_kernel(config.kernel)
+        self.module = config.module or self.kernel.module
 
-def _checked_matches(model, rule: ReplacementRule, expected: int) -> list[tuple[str, Any]]:
-    matches = matching_modules(model, rule.pattern)
-    target = f" (target: {rule.target})" if rule.target else ""
-    if not matches:
-        raise ReplacementError(
-            f"rule {rule.name}: pattern {rule.pattern!r} matched no module{target}; "
-            f"modules that exist include {_sample_names(model, rule.scope)}"
-        )
-    outside = [name for name, _ in matches if not fnmatch.fnmatchcase(name, rule.scope)]
-    if outside:
-        raise ReplacementError(
-            f"rule {rule.name}: pattern {rule.pattern!r} matched {len(outside)} module(s) outside the scope "
-            f"{rule.scope!r}{target}: {', '.join(outside)}"
-        )
-    if rule.required_type is not None:
-        wrong = [
-            f"{name} ({type(module).__name__})" for name, module in matches if not isinstance(module, rule.required_type)
-        ]
+    def convert(self, model_config: Module.Config) -> Module.Config:
+        planned = self.plan(model_config)
+        source_cls, target_cls = _source_and_target(self.kernel.name)
+        for path, cfg, parent, attr in planned:
+            values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.init}
+            extra = {"lnc": self.config.lnc} if self.kernel.name == "rope_hf" else {}
+            replaced = target_cls.Config(**values, kernel=self.kernel.name, module_path=path, **extra)
+            if isinstance(parent, list):
+                parent[attr] = replaced
+            else:
+                setattr(parent, attr, replaced)
+        return model_config
+
+    def plan(self, model_config: Module.Config) -> list[tuple[str, Module.Config, object, str | int]]:
+        """(path, config, parent, field) of each module to replace, one per targeted layer; raises
+        ReplacementError naming the layers and paths when a rule is wrong."""
+        rule = f"{self.kernel.name} (layers {self.config.layers!r}, module {self.module!r})"
+        n_layers = len(model_config.layers)
+        layers = targeted_layers(n_layers, self.config.layers)
+        if not layers:
+            raise ReplacementError(f"rule {rule}: the layers pattern selects none of the model's {n_layers} layers")
+        matches: dict[str, list] = {layer: [] for layer in layers}
+        for path, cfg, parent, attr in model_config.traverse(Module.Config, recurse=True):
+            parts = path.split(".", 2)
+            if len(parts) == 3 and parts[0] == "layers" and parts[1] in matches:
+                if fnmatch.fnmatchcase(parts[2], self.module):
+                    matches[parts[1]].append((path, cfg, parent, attr))
+        source_cls, _ = _source_and_target(self.kernel.name)
+        problems = []
+        none = [layer for layer, found in matches.items() if not found]
+        if none:
+            problems.append(f"no module matches in layer(s) {', '.join(none)}")
+        for layer, found in matches.items():
+            if len(found) > 1:
+                problems.append(f"{len(found)} modules match in layer {layer}: {', '.join(p for p, *_ in found)}")
+        single = [found[0] for found in matches.values() if len(found) == 1]
+        wrong = [f"{path} ({type(cfg).__qualname__})" for path, cfg, *_ in single if not isinstance(cfg, source_cls)]
         if wrong:
-            raise ReplacementError(
-                f"rule {rule.name}: pattern {rule.pattern!r} matched module(s) that are not "
-                f"{_type_names(rule.required_type)}{target}: {', '.join(wrong)}"
-            )
-    if len(matches) != expected:
-        raise ReplacementError(
-            f"rule {rule.name}: pattern {rule.pattern!r} matched {len(matches)} module(s), expected {expected}"
-            f"{target}: {', '.join(name for name, _ in matches)}"
-        )
-    return matches
+            problems.append(f"not a {source_cls.__qualname__}: {', '.join(wrong)}")
+        taken = [f"{path} (by {cfg.kernel})" for path, cfg, *_ in single if isinstance(cfg, ReplacedConfig)]
+        if taken:
+            problems.append(f"already replaced: {', '.join(taken)}")
+        if problems:
+            raise ReplacementError(f"rule {rule}: " + "; ".join(problems))
+        return single
 
 
-def _check_no_overlap(planned: Mapping[str, list[tuple[str, Any]]]) -> None:
-    # Two rules on one module, or on a module and its descendant, would replace something that the
-    # other rule's replacement no longer contains.
-    owners: dict[str, str] = {}
-    for rule_name, matches in planned.items():
-        for name, _ in matches:
-            for other, other_rule in owners.items():
-                if name == other or name.startswith(other + ".") or other.startswith(name + "."):
-                    raise ReplacementError(f"rules {other_rule} and {rule_name} both reach {other} / {name}")
-            owners[name] = rule_name
+def kernel_converters(rules: list[dict], lnc: int | None) -> list[KernelReplacement.Config]:
+    """Converter configs from the rules as config and recipes hold them: {kernel, layers, module}."""
+    return [
+        KernelReplacement.Config(kernel=rule["kernel"], layers=rule.get("layers", "*"), module=rule.get("module"), lnc=lnc)
+        for rule in rules
+    ]
 
 
-def _set_submodule(model, name: str, replacement) -> None:
-    parent_name, _, child_name = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child_name, replacement)
+def apply_converters(model_config: Module.Config, converters: list[ModelConfigConverter.Config]) -> Module.Config:
+    """What `model_registry(flavor, converters=...)` does to a registered flavor, for a model config
+    built from a checkpoint's config.json (which no registry flavor holds)."""
+    from torchtitan.models.utils import validate_converter_order
+
+    validate_converter_order(converters)
+    for converter in converters:
+        model_config = converter.build().convert(model_config)
+    return model_config
 
 
-def _sample_names(model, scope: str, limit: int = 12) -> str:
-    names = [name for name, _ in model.named_modules() if name and fnmatch.fnmatchcase(name, scope)]
-    shown = ", ".join(names[:limit])
-    return f"{shown}, ..." if len(names) > limit else shown or "(none in scope)"
-
-
-def _type_names(types: type | tuple[type, ...]) -> str:
-    types = types if isinstance(types, tuple) else (types,)
-    return " or ".join(t.__name__ for t in types)
+def replaced_paths(model_config: Module.Config) -> dict[str, list[str]]:
+    """{kernel: [module path, ...]} of the replaced configs in a model config (for the preflight's counts)."""
+    found: dict[str, list[str]] = {name: [] for name in KERNELS}
+    for path, cfg, _, _ in model_config.traverse(ReplacedConfig, recurse=True):
+        found[cfg.kernel].append(path)
+    return {kernel: paths for kernel, paths in found.items() if paths}

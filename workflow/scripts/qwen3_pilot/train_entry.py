@@ -1,4 +1,4 @@
-"""Trainer entry point for torchrun: the backend's preparation, then torchtitan's own main().
+"""Trainer entry point for torchrun: the backend's preparation and kernels, then torchtitan's own main().
 
     python -m torch.distributed.run ... -m qwen3_pilot.train_entry --module qwen3_pilot.recipes --config F ...
 """
@@ -7,12 +7,25 @@ from __future__ import annotations
 
 import logging
 
+import os
+
 from .backends import backend_module
 from .recipes import load_recipe
+from .titan_api import check_torchtitan_api
 
 if __name__ == "__main__":
-    applied = backend_module(load_recipe()["backend"]).prepare_torchtitan()
+    recipe = load_recipe()
+    backend = backend_module(recipe["backend"])
+    applied = backend.prepare_torchtitan()
+    # The fork's version string says nothing about its API: name anything the recipes use that this
+    # torchtitan lacks before a config function fails on it. One rank suffices; torchrun stops the rest.
+    if os.environ.get("RANK", "0") == "0":
+        check_torchtitan_api(backend=recipe["backend"])
+    # Before the recipe builds the model: the replaced modules log the implementation that runs.
+    kernels = backend.install_kernels(recipe["lnc"]) if recipe["replacements"] else {}
     from torchtitan.train import main
 
-    logging.getLogger(__name__).warning("backend workarounds applied: %s", applied or "none")
+    log = logging.getLogger(__name__)
+    log.warning("backend workarounds applied: %s", applied or "none")
+    log.warning("kernel implementations: %s", kernels or "no kernel replacements in this recipe")
     main()

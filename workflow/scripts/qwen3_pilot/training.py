@@ -26,6 +26,7 @@ from .parity import read_checkpoint_values
 
 CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
 CONTROL_OVERRIDES = ("--checkpoint.no-enable", "--training.steps", "1")
+RECIPE_ENV = "QWEN3_PILOT_RECIPE"  # recipes.py reads the recipe JSON named here
 LAUNCH_RECORD = "launch.json"
 PID_FILE = "launcher.pid"
 METRICS_FILE = "metrics.jsonl"  # written by titan_metrics.JsonlLogger in the trainer processes
@@ -53,7 +54,8 @@ def recipe_key(stage: str) -> str:
 
 def write_recipe(
     path: Path, *, stage: str, backend: Backend, checkpoint: Path, corpus_dir: Path, dataset: str,
-    training: dict[str, Any], peak_flops_per_rank: float, parity_path: Path, **extra: Any,
+    training: dict[str, Any], peak_flops_per_rank: float, parity_path: Path,
+    replacements: list[dict[str, str]] = (), lnc: int | None = None, **extra: Any,
 ) -> dict[str, Any]:
     """The settings recipes.py reads in every trainer process (QWEN3_PILOT_RECIPE); `extra` holds a
     recipe's own keys."""
@@ -73,9 +75,13 @@ def write_recipe(
         "mixed_precision_param": training["mixed_precision_param"],
         "export_dtype": training["export_dtype"],
         "native_flavor": training["native_flavor"],
+        "attention": training["attention"],
         "accepted_differences": training["accepted_differences"].get(recipe_key(stage), {}),
         "peak_flops_per_rank": peak_flops_per_rank,
         "parity_path": str(parity_path.resolve()),
+        # Kernel replacements (config kernels.<stage>) and the LNC whose kernel rules they enforce.
+        "replacements": list(replacements),
+        "lnc": lnc,
         **extra,
     }
     write_json(path, recipe)
@@ -110,6 +116,32 @@ class Launch:
     env: dict[str, str]
     returncode: int
     wall_s: float
+    # This launch's part of the stage log: [log_start, log_end) in bytes.
+    log_path: Path | None = None
+    log_start: int = 0
+    log_end: int = 0
+    # Every rank's own stdout/stderr files, where the backend keeps only some ranks on the console.
+    rank_log_dir: Path | None = None
+
+    def output(self) -> str:
+        if self.log_path is None:
+            return ""
+        with open(self.log_path, "rb") as log:
+            log.seek(self.log_start)
+            return log.read(self.log_end - self.log_start).decode(errors="replace")
+
+
+def trainer_launch(
+    backend: Backend, nproc: int, config_function: str, recipe_path: Path, run_dir: Path,
+    overrides: tuple[str, ...] = (), python: str = sys.executable, rank_log_dir: Path | None = None,
+) -> tuple[list[str], dict[str, str]]:
+    """The torchrun command of one trainer launch and the environment it adds (the preflight prints these)."""
+    command = backend.torchrun_command(
+        python, nproc, "qwen3_pilot.train_entry",
+        ["--module", "qwen3_pilot.recipes", "--config", config_function, "--dump_folder", str(run_dir), *overrides],
+        rank_log_dir=rank_log_dir,
+    )
+    return command, {**backend.launcher_env, RECIPE_ENV: str(recipe_path.resolve())}
 
 
 def launch(
@@ -118,12 +150,12 @@ def launch(
 ) -> Launch:
     """torchrun with torchtitan's trainer, in its own process group so that every rank goes when it ends."""
     clear_run_dir(run_dir)
-    command = backend.torchrun_command(
-        python, nproc, "qwen3_pilot.train_entry",
-        ["--module", "qwen3_pilot.recipes", "--config", config_function, "--dump_folder", str(run_dir), *overrides],
+    rank_logs = backend.rank_log_dir(log_path, run_dir.name)
+    command, added_env = trainer_launch(
+        backend, nproc, config_function, recipe_path, run_dir, overrides, python, rank_log_dir=rank_logs
     )
-    added_env = {**backend.launcher_env, "QWEN3_PILOT_RECIPE": str(recipe_path.resolve())}
     Path(added_env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
+    log_start = log_path.stat().st_size if log_path.exists() else 0
     with open(log_path, "a") as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
@@ -138,7 +170,10 @@ def launch(
             _kill_group(process.pid)  # ranks left behind by a launcher that died
         wall_s = time.perf_counter() - started
     (run_dir / PID_FILE).unlink(missing_ok=True)
-    result = Launch(command=command, env=added_env, returncode=returncode, wall_s=wall_s)
+    result = Launch(
+        command=command, env=added_env, returncode=returncode, wall_s=wall_s,
+        log_path=log_path, log_start=log_start, log_end=log_path.stat().st_size, rank_log_dir=rank_logs,
+    )
     write_json(run_dir / LAUNCH_RECORD, {"command": command, "env": added_env, "returncode": returncode, "wall_s": wall_s})
     return result
 
@@ -165,7 +200,23 @@ def failure_reason(log_text: str) -> str:
                 if line:
                     message.append(line)
             return " ".join(message)
-    return "no exception found in the output"
+    return NO_EXCEPTION
+
+
+NO_EXCEPTION = "no exception found in the output"
+
+
+def rank_failure_reason(rank_logs: Path) -> str:
+    """The first rank (by local rank) whose own stderr holds an exception: on neuron the stage log shows
+    rank 0 only, and another rank may be the one that failed."""
+    from .backends import rank_log_files
+
+    for local_rank, files in rank_log_files(rank_logs).items():
+        if files["stderr"].exists():
+            reason = failure_reason(files["stderr"].read_text(errors="replace"))
+            if reason != NO_EXCEPTION:
+                return f"local rank {local_rank}: {reason} (its log: {files['stderr']})"
+    return NO_EXCEPTION
 
 
 def launch_failure(what: str, launch_result: Launch, log_path: Path, log_offset: int, parity_path: Path) -> TrainingError:
@@ -180,6 +231,8 @@ def launch_failure(what: str, launch_result: Launch, log_path: Path, log_offset:
         with open(log_path, errors="replace") as log:
             log.seek(log_offset)
             reason = failure_reason(log.read())
+        if reason == NO_EXCEPTION and launch_result.rank_log_dir is not None:
+            reason = rank_failure_reason(launch_result.rank_log_dir)
     return TrainingError(f"{what}: {cause}: {reason} (full output: {log_path})")
 
 
@@ -278,10 +331,96 @@ def launch_and_read(
     return run, steps
 
 
+# ---- kernel replacements in training: the launch log's lines, and the same run without them ----
+
+PLAIN_RECIPE = "recipe.plain.json"
+
+
+def replacement_check(stage: str, run: Launch, rules: list[dict[str, str]], n_layers: int) -> dict[str, Any]:
+    """Exactly one replacement line per targeted layer for each configured kernel in this launch's own
+    output (the lines the replaced modules print as the trainer builds them)."""
+    from .kernels import parse_replacement_lines, replacement_log_problems
+
+    lines = parse_replacement_lines(run.output())
+    problems = replacement_log_problems(lines, rules, n_layers)
+    if problems:
+        raise TrainingError(f"{stage}: kernel replacements in the launch log ({run.log_path}):\n  - "
+                            + "\n  - ".join(problems))
+    per_kernel: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        entry = per_kernel.setdefault(line["kernel"], {"replaced": 0, "implementation": line["impl"], "modules": []})
+        entry["replaced"] += 1
+        entry["modules"].append(line["path"])
+    return {
+        "rules": rules,
+        "layers": n_layers,
+        "per_kernel": per_kernel,
+        "log_lines": [f"{line['kernel']} {line['path']} {line['source']} -> {line['target']} [{line['impl']}]"
+                      for line in lines],
+    }
+
+
+def loss_agreement(replaced: list[dict[str, Any]], plain: list[dict[str, Any]], tolerance: float) -> tuple[dict[str, Any], list[str]]:
+    """Per-step losses of the run with the kernel replacements against the same run without them."""
+    rows = [
+        {"step": r["step"], "loss_replaced": r["loss"], "loss_plain": p["loss"], "abs_diff": abs(r["loss"] - p["loss"])}
+        for r, p in zip(replaced, plain)
+    ]
+    diffs = [row["abs_diff"] for row in rows]
+    # max() skips a NaN that is not first (NaN compares false), so a NaN loss is made the largest on purpose.
+    largest = math.nan if not diffs or any(math.isnan(d) for d in diffs) else max(diffs)
+    figures = {"max_abs_loss_diff": largest, "tolerance": tolerance, "steps": rows}
+    problems = []
+    if len(replaced) != len(plain):
+        problems.append(f"the replaced run logged {len(replaced)} steps, the plain run {len(plain)}")
+    if not largest <= tolerance:  # NaN fails too
+        worst = next((row for row in rows if not row["abs_diff"] <= tolerance), None)
+        problems.append(
+            f"losses with the kernel replacements differ from the plain run by up to {largest:.3g} "
+            f"(first past the tolerance at step {worst['step'] if worst else '?'}); kernels.loss_tolerance = {tolerance}"
+        )
+    return figures, problems
+
+
+def replaced_against_plain(
+    stage: str, backend: Backend, *, config_function: str, recipe: dict[str, Any], recipe_path: Path, run: Launch,
+    steps: list[dict[str, Any]], plain_dir: Path, log_path: Path, parity_path: Path, kernels: dict[str, Any],
+    n_layers: int,
+) -> dict[str, Any] | None:
+    """With replacements configured: the launch log's count, then the same recipe without them (same seed,
+    weights and batches), step by step. None without replacements (the plain folder stays empty)."""
+    if not kernels["rules"]:
+        clear_run_dir(plain_dir)
+        return None
+    figures = replacement_check(stage, run, kernels["rules"], n_layers)
+    plain_recipe = recipe_path.with_name(PLAIN_RECIPE)
+    write_json(plain_recipe, {**recipe, "replacements": []})
+    plain_run, plain_steps = launch_and_read(
+        f"{stage} (plain, no kernel replacements)", backend, config_function=config_function,
+        recipe_path=plain_recipe, run_dir=plain_dir, log_path=log_path, parity_path=parity_path,
+        expected_steps=len(steps),
+    )
+    agreement, problems = loss_agreement(steps, plain_steps, kernels["loss_tolerance"])
+    if problems:
+        raise TrainingError(f"{stage}: replaced against plain:\n  - " + "\n  - ".join(problems))
+    return {**figures, "against_plain": agreement, "plain_launch_wall_s": round(plain_run.wall_s, 2)}
+
+
+def replacement_proves(replacements: dict[str, Any] | None) -> str:
+    if not replacements:
+        return ""
+    kernels = ", ".join(f"{kernel} in {entry['replaced']} layers ({entry['implementation']})"
+                        for kernel, entry in replacements["per_kernel"].items())
+    agreement = replacements["against_plain"]
+    return (f" The trainer built the model with its kernel replacements, one per targeted layer as the launch log "
+            f"shows: {kernels}; its per-step losses match the same run without them within "
+            f"{agreement['tolerance']} (largest difference {agreement['max_abs_loss_diff']:.3g}).")
+
+
 def train_stage(
-    *, stage: str, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], cache_root: str,
-    checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
-    control_dir: Path, summary_path: Path, log_path: Path,
+    *, stage: str, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], kernels: dict[str, Any],
+    cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
+    control_dir: Path, plain_dir: Path, summary_path: Path, log_path: Path,
 ) -> dict[str, Any]:
     from .summary import StageSummary
 
@@ -290,9 +429,10 @@ def train_stage(
     peak = ranks_peak_flops(ranks_summary)
     parity_path = recipe_path.with_name("parity.json")
     parity_path.unlink(missing_ok=True)
-    write_recipe(
+    recipe = write_recipe(
         recipe_path, stage=stage, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir,
         dataset=dataset, training=training, peak_flops_per_rank=peak, parity_path=parity_path,
+        replacements=kernels["rules"], lnc=backend_config["neuron"]["lnc"],
     )
     runs: dict[str, Launch] = {}
     steps: dict[str, list[dict[str, Any]]] = {}
@@ -314,6 +454,12 @@ def train_stage(
     if not any(p.suffix == ".safetensors" for p in exported):
         raise TrainingError(f"{stage}: no safetensors export in {export_dir(run_dir, training['steps'])}")
     parity = json.loads(parity_path.read_text())
+    built_layers = next(row["built"] for row in parity["rows"] if row["field"] == "num_hidden_layers")
+    replacements = replaced_against_plain(
+        stage, backend, config_function=CONFIG_FUNCTIONS[stage], recipe=recipe, recipe_path=recipe_path,
+        run=runs["fetched weights"], steps=loaded, plain_dir=plain_dir, log_path=log_path, parity_path=parity_path,
+        kernels=kernels, n_layers=built_layers,
+    )
     steady = [s for s in loaded if s["step"] > 1]
     summary = StageSummary(
         stage=stage,
@@ -334,6 +480,7 @@ def train_stage(
             "launch_wall_s": {name: round(run.wall_s, 2) for name, run in runs.items()},
             "steps": loaded,
             "export_dir": export_dir(run_dir, training["steps"]).as_posix(),
+            "kernel_replacements": replacements or "none configured (kernels." + stage + ")",
         },
         proves=(
             f"torchtitan's trainer ran {len(loaded)} steps of this recipe with FSDP over {backend.expected_ranks} "
@@ -342,6 +489,7 @@ def train_stage(
             f"a random-init control on the same batch ({gate['step1_loss_random_init']:.4f}; ln vocab "
             f"{gate['ln_vocab']:.2f}): the weights loaded. The model matches config.json on every parity field "
             "(or on an accepted difference, listed with its reason)."
+            + replacement_proves(replacements)
         ),
         does_not_prove=(
             "That training improves the model: 10 steps on a small corpus say nothing about convergence, and a "
@@ -351,7 +499,8 @@ def train_stage(
             + (" These were tiny models on CPU ranks, not Qwen3-4B on a trn2." if backend.name == "cpu" else "")
         ),
     )
-    summary.add_artifacts([recipe_path, parity_path, run_dir / METRICS_FILE, control_dir / METRICS_FILE, *exported])
+    plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []
+    summary.add_artifacts([recipe_path, parity_path, run_dir / METRICS_FILE, control_dir / METRICS_FILE, *plain, *exported])
     return summary.write(summary_path)
 
 

@@ -18,7 +18,7 @@ from . import Backend, cache_env
 log = logging.getLogger(__name__)
 
 SKIP_ENV = "QWEN3_PILOT_SKIP_CPU_WORKAROUNDS"
-WORKAROUNDS = ("device", "memory", "barrier", "fsdp_sum", "hf_sdpa")
+WORKAROUNDS = ("device", "memory", "barrier", "fsdp_sum")
 
 
 def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
@@ -115,12 +115,6 @@ def prepare_torchtitan() -> list[str]:
 
         FSDPModule.set_gradient_divide_factor = set_gradient_divide_factor
 
-    # The transformers modeling backend registers a flex-attention function under "flex_torchtitan" in
-    # transformers' AttentionInterface and builds a flex BlockMask per batch; flex has no backward on CPU
-    # ("NotImplementedError: FlexAttention does not support backward on CPU"). The replacement calls
-    # transformers' SDPA path, causal and without a document mask: the native recipe's SDPA semantics.
-    if _enabled("hf_sdpa", applied):
-        _use_sdpa_in_hf_backend()
     return applied
 
 
@@ -141,16 +135,9 @@ class _PeakRssMonitor:
         pass  # ru_maxrss cannot be reset: the figure is the peak since the process started
 
 
-def _use_sdpa_in_hf_backend() -> None:
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.modeling_utils import AttentionInterface
+def install_kernels(lnc: int | None) -> dict[str, str]:
+    """The cpu implementation of every kernel is the PyTorch one each kernel module registers itself
+    (`qwen3_pilot::rope_hf`'s composite, `torch._grouped_mm`): nothing to install. Returns which runs."""
+    from ..kernels import KERNELS, implementation
 
-    import torchtitan.experiments.transformers_modeling_backend.model as hf_backend
-
-    def sdpa_attention(module, query, key, value, attention_mask, **kwargs):
-        kwargs.pop("is_causal", None)
-        return sdpa_attention_forward(module, query, key, value, None, is_causal=True, **kwargs)
-
-    hf_backend._flex_attention_torchtitan = sdpa_attention
-    AttentionInterface._global_mapping[hf_backend._ATTN_IMPLEMENTATION] = sdpa_attention
-    hf_backend.HFTransformerModel.get_attention_masks = lambda self, positions: None
+    return {kernel: implementation(kernel) for kernel in KERNELS}

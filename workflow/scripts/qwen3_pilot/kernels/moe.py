@@ -14,11 +14,14 @@ w1_EFD / w3_EFD (experts, hidden, dim), w2_EDF (experts, dim, hidden).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torchtitan.models.common.moe import GroupedExperts
+
+from qwen3_pilot.kernels import ReplacedConfig, log_replacement
 
 ExpertsImpl = Callable[..., torch.Tensor]
 
@@ -89,56 +92,24 @@ def _share_expert_weights(module, w1_EFD, w2_EDF, w3_EFD) -> None:
 
 
 class KernelGroupedExperts(GroupedExperts):
-    """Takes the place of a torchtitan `GroupedExperts` and runs `experts_impl` on the same Parameters
-    (shared, not copied: the state dict keys, the optimizer and a checkpoint see no difference)."""
+    """torchtitan's `GroupedExperts` (same config, same Parameters: the state dict keys, the optimizer and
+    a checkpoint see no difference) that computes through `experts_impl`. Built from the config that
+    `replacement.KernelReplacement` puts in place of a MoE layer's `GroupedExperts.Config`."""
 
-    def __init__(
-        self,
-        config: GroupedExperts.Config,
-        experts_impl: ExpertsImpl = grouped_experts_swiglu,
-        compute_dtype: torch.dtype = torch.bfloat16,
-    ):
+    @dataclass(kw_only=True, slots=True)
+    class Config(GroupedExperts.Config, ReplacedConfig):
+        kernel: str = "moe_grouped_experts"
+        module_path: str = ""
+        compute_dtype: str = "bfloat16"
+        """torchtitan's GroupedExperts computes in bfloat16 whatever its inputs are; so does this."""
+
+    def __init__(self, config: Config):
         super().__init__(config)
-        self.experts_impl = experts_impl
-        self.compute_dtype = compute_dtype
-
-    @classmethod
-    def replacing(
-        cls, source: GroupedExperts, experts_impl: ExpertsImpl = grouped_experts_swiglu,
-        compute_dtype: torch.dtype = torch.bfloat16,
-    ) -> "KernelGroupedExperts":
-        experts, hidden, dim = source.w1_EFD.shape
-        # On meta: the constructor's own weights are discarded at once, and a 30B-A3B layer's would be GiBs.
-        with torch.device("meta"):
-            module = cls(
-                GroupedExperts.Config(dim=dim, hidden_dim=hidden, num_experts=experts),
-                experts_impl=experts_impl,
-                compute_dtype=compute_dtype,
-            )
-        _share_expert_weights(module, source.w1_EFD, source.w2_EDF, source.w3_EFD)
-        # torchtitan's init_states and parallelize read these from the instance.
-        module._param_init = source._param_init
-        module._sharding_config = source._sharding_config
-        return module
+        self.compute_dtype = getattr(torch, config.compute_dtype)
+        # A test hands in a wrong implementation here to see the checks fail.
+        self.experts_impl: ExpertsImpl = grouped_experts_swiglu
+        log_replacement(config, type(self).__name__)
 
     def forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
         weights = [w.to_local() if hasattr(w, "to_local") else w for w in (self.w1_EFD, self.w2_EDF, self.w3_EFD)]
         return self.experts_impl(x_RD, num_tokens_per_expert_E, *weights, compute_dtype=self.compute_dtype)
-
-
-def grouped_experts_replacement_rule(
-    experts_impl: ExpertsImpl = grouped_experts_swiglu, compute_dtype: torch.dtype = torch.bfloat16
-):
-    """Every MoE layer's routed experts, one per MoE layer."""
-    from qwen3_pilot.replacement import ReplacementRule
-
-    return ReplacementRule(
-        name="moe_grouped_experts",
-        pattern="layers.*.moe.routed_experts.inner_experts",
-        replacement_factory=lambda original: KernelGroupedExperts.replacing(
-            original, experts_impl=experts_impl, compute_dtype=compute_dtype
-        ),
-        expected_count=lambda model: sum(1 for layer in model.layers.values() if getattr(layer, "moe_enabled", False)),
-        required_type=GroupedExperts,
-        target="the GroupedExperts of each MoE layer, one per MoE layer",
-    )

@@ -19,12 +19,14 @@ The op's contract (`qwen3_pilot::rope_hf`), that of `nkilib.core.embeddings.rope
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch import nn
+from torchtitan.models.common.rope import CosSinRoPE
 
 from qwen3_pilot.config import NKI_ROPE_TILE
+from qwen3_pilot.kernels import ReplacedConfig, log_replacement
 
 OP_NAME = "qwen3_pilot::rope_hf"
 
@@ -145,53 +147,41 @@ def rope_titan_layout(
 RopeApply = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-class HFLayoutRoPE(nn.Module):
-    """Takes the place of one attention layer's torchtitan `CosSinRoPE` (same call:
-    `(query, key, positions) -> (query, key)`) and rotates through `qwen3_pilot::rope_hf`.
+class HFLayoutRoPE(CosSinRoPE):
+    """torchtitan's `CosSinRoPE` (same config, same [cos | sin] cache, same call:
+    `(query, key, positions) -> (query, key)`) that rotates through `qwen3_pilot::rope_hf` instead of
+    torchtitan's own arithmetic. Built from the config that `replacement.KernelReplacement` puts in place
+    of a layer's `CosSinRoPE.Config`, so the model is built with it from the start; the cache is a
+    non-persistent buffer, so the state dict does not change."""
 
-    The original module stays as the child `source`: it owns the cos/sin cache, and torchtitan's
-    `init_states` walks into plain modules' children, so the cache is still rebuilt after a meta-device
-    build. The cache is a non-persistent buffer, so the state dict does not change."""
+    @dataclass(kw_only=True, slots=True)
+    class Config(CosSinRoPE.Config, ReplacedConfig):
+        kernel: str = "rope_hf"
+        module_path: str = ""
+        lnc: int | None = None
+        """The neuron LNC whose sequence rule applies (None: no kernel rule, plain cpu)."""
 
-    def __init__(self, source: nn.Module, lnc: int | None = None, apply: RopeApply = rope_titan_layout):
-        super().__init__()
-        self.source = source
-        self.lnc = lnc
-        self.apply_rope = apply
+    def __init__(self, config: Config):
+        super().__init__(config)
+        self.lnc = config.lnc
+        # A test hands in a wrong rotation here to see the checks fail.
+        self.apply_rope: RopeApply = rope_titan_layout
+        log_replacement(config, type(self).__name__)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor | None = None):
         cos, sin = self.cos_sin(query, positions)
         return self.apply_rope(query, key, cos, sin, lnc=self.lnc)
 
     def cos_sin(self, query: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(seq, head_dim) each, or (batch, seq, head_dim) for per-sample positions."""
-        head_dim, seq_len = query.shape[-1], query.shape[1]
-        cache = self.source.cache
-        if cache.shape[-1] != 2 * head_dim:
+        """(seq, head_dim) each, or (batch, seq, head_dim) for per-sample positions: torchtitan's own cache
+        lookup (positions, bounds check), without its broadcast heads axis."""
+        head_dim = query.shape[-1]
+        if self.cache.shape[-1] != 2 * head_dim:
             raise ValueError(
-                f"HFLayoutRoPE: cache width {cache.shape[-1]} is not 2 x head_dim = {2 * head_dim}; "
+                f"HFLayoutRoPE: cache width {self.cache.shape[-1]} is not 2 x head_dim = {2 * head_dim}; "
                 "only a CosSinRoPE [cos | sin] cache has the kernel's layout"
             )
-        if positions is None:
-            rows = cache[:seq_len]
-        elif positions.shape[0] == 1:
-            rows = cache[positions[0]]
-        else:
-            rows = cache[positions]
+        rows = self._reshape_cache(query, positions).squeeze(2)  # (1 or batch, seq, 2 x head_dim)
+        if rows.shape[0] == 1:
+            rows = rows[0]
         return rows[..., :head_dim], rows[..., head_dim:]
-
-
-def rope_replacement_rule(lnc: int | None = None, apply: RopeApply = rope_titan_layout):
-    """Every transformer layer's attention RoPE, one per layer."""
-    from torchtitan.models.common.rope import CosSinRoPE
-
-    from qwen3_pilot.replacement import ReplacementRule
-
-    return ReplacementRule(
-        name="rope_hf",
-        pattern="layers.*.attention.rope",
-        replacement_factory=lambda original: HFLayoutRoPE(original, lnc=lnc, apply=apply),
-        expected_count=lambda model: len(model.layers),
-        required_type=CosSinRoPE,
-        target="the CosSinRoPE of each transformer layer's attention, one per layer",
-    )
