@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 ARGS ?=
+# The trn2 configuration the preflight checks (config/config.yaml with these files laid over it).
+TRN2_CONFIG ?= config/trn2.yaml
 
-.PHONY: report test lint clean
+.PHONY: report test preflight lint clean
 
 $(VENV)/.installed: envs/cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +20,10 @@ report: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(ARGS)
+
+# The trn2 configuration checked on this machine, before renting a trn2: results/preflight/preflight.html.
+preflight: $(VENV)/.installed
+	$(BIN)/python -m qwen3_pilot.preflight --configfile $(TRN2_CONFIG) $(ARGS)
 
 lint: $(VENV)/.installed
 	$(BIN)/snakemake --lint

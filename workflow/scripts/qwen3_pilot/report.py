@@ -134,7 +134,8 @@ def loss_curves_png(stages: list[dict[str, Any]]) -> str | None:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def render_html(report: dict[str, Any]) -> str:
+def environment():
+    """The templates' jinja2 environment: autoescaped, strict, with the filters the templates use."""
     import jinja2
 
     env = jinja2.Environment(
@@ -145,4 +146,8 @@ def render_html(report: dict[str, Any]) -> str:
     env.filters["compact"] = lambda value: value if isinstance(value, str) else json.dumps(value, default=str)
     # A figure that is a list of records (a parity table, per-step metrics) is shown as a table.
     env.tests["records"] = lambda value: isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-    return env.get_template("report.html.j2").render(report=report, loss_curves=loss_curves_png(report["stages"]))
+    return env
+
+
+def render_html(report: dict[str, Any]) -> str:
+    return environment().get_template("report.html.j2").render(report=report, loss_curves=loss_curves_png(report["stages"]))

@@ -1,0 +1,85 @@
+"""The trn2 preflight on this machine: config/trn2.yaml passes with the published Qwen3 configs, and each
+broken trn2 config fails with the key, the value and what was expected."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import PROJECT
+
+from qwen3_pilot import titan_api
+from qwen3_pilot.preflight import DEFAULT_MODEL_CONFIGS, preflight
+
+TRN2 = PROJECT / "config" / "trn2.yaml"
+
+
+def run(tmp_path, overlay: dict | None = None):
+    files = [TRN2]
+    if overlay is not None:
+        (tmp_path / "broken.yaml").write_text(yaml.safe_dump(overlay))
+        files.append(tmp_path / "broken.yaml")
+    return preflight(files, DEFAULT_MODEL_CONFIGS, tmp_path / "preflight")
+
+
+def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(tmp_path):
+    report = run(tmp_path)
+    assert report["status"] == "pass", {k: v.get("error") for k, v in report["checks"].items()}
+    native = report["checks"]["train_native"]["figures"]
+    assert native["parameters"] == 4_022_468_096 and native["layers"] == 36
+    assert native["rope_hf_on_every_layer"] == 36
+    parity = {row["field"]: (row["built"], row["checkpoint"], row["verdict"]) for row in native["parity"]}
+    assert parity["rope_theta"] == (5_000_000.0, 5_000_000.0, "match")
+    moe = report["checks"]["moe_reduced"]["figures"]
+    assert moe["parameters"] == 1_906_330_624 and moe["kernel_replacements"] == {"rope_hf": 4, "moe_grouped_experts": 4}
+    hf = {row["field"]: row["verdict"] for row in report["checks"]["train_hf"]["figures"]["parity"]}
+    assert hf["max_position_embeddings"].startswith("accepted difference")
+    assert report["checks"]["fsdp_plan"]["figures"]["params_per_rank_max"] == 62_851_064
+    launches = report["checks"]["launches"]["figures"]
+    assert {(launch["stage"], launch["launch"]) for launch in launches} >= {
+        ("verify_ranks", "ranks"), ("train_native", "run"), ("train_native", "control"), ("train_hf", "run"),
+        ("moe_reduced", "run"), ("moe_reduced", "plain"),
+    }
+    for launch in launches:
+        assert "--nproc-per-node=64" in launch["command"] and "--local-ranks-filter=0" in launch["command"]
+        assert launch["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2" and "NEURON_CC_FLAGS" not in launch["env"]
+    assert "Nothing in this preflight ran on Trainium" in report["nothing_ran_on_trainium"]
+    html = (tmp_path / "preflight" / "preflight.html").read_text()
+    assert "Nothing in this preflight ran on Trainium" in html and "rope_hf_on_every_layer" in html
+    assert json.loads((tmp_path / "preflight" / "preflight.json").read_text())["status"] == "pass"
+
+
+@pytest.mark.parametrize("overlay, check, message", [
+    ({"neuron": {"lnc": 1}}, "config",
+     "ranks = 64: on the neuron backend it must equal chips x cores_per_chip / lnc = 16 x 8 / 1 = 128"),
+    ({"training": {"seq_len": 384}}, "config", "training.seq_len = 384: must be a multiple of 128 x neuron.lnc = 256"),
+    ({"ranks": 32}, "config", "ranks = 32: on the neuron backend it must equal chips x cores_per_chip / lnc"),
+    ({"training": {"native_flavor": "4B"}}, "train_native",
+     "rope_theta: built 1000000.0, checkpoint config.json 5000000.0"),
+], ids=["wrong_lnc", "seq_len_not_256", "ranks_not_64", "unaccepted_theta"])
+def test_a_broken_trn2_config_fails_naming_what_is_wrong(tmp_path, overlay, check, message):
+    report = run(tmp_path, overlay)
+    assert report["status"] == "fail" and check in report["failed"]
+    assert message in report["checks"][check]["error"]
+
+
+def test_a_theta_difference_accepted_with_a_reason_passes(tmp_path):
+    # torchtitan's 4B flavor differs from Qwen3-4B-Instruct-2507 in theta and in the context it was built for.
+    reason = "the seed recipe trains torchtitan's 4B flavor as it is"
+    report = run(tmp_path, {"training": {"native_flavor": "4B", "accepted_differences": {
+        "native": {"rope_theta": reason, "max_position_embeddings": "40,960 positions cover training.seq_len"},
+        "hf": {"max_position_embeddings": "set to training.seq_len"}}}})
+    assert report["checks"]["train_native"]["status"] == "pass"
+    rows = {row["field"]: row["verdict"] for row in report["checks"]["train_native"]["figures"]["parity"]}
+    assert rows["rope_theta"] == f"accepted difference: {reason}"
+
+
+def test_a_torchtitan_missing_a_field_the_recipes_use_fails(tmp_path, monkeypatch):
+    missing = titan_api.ApiEntry("torchtitan.config", "TrainingConfig", "the recipes set it",
+                                 fields=("field_from_the_future",), since="upstream has it since 2027-01-01")
+    monkeypatch.setattr(titan_api, "TORCHTITAN_API", (*titan_api.TORCHTITAN_API, missing))
+    report = run(tmp_path)
+    assert report["failed"] == ["torchtitan_api"]
+    assert ("torchtitan.config.TrainingConfig has no field field_from_the_future (the recipes set it; upstream has "
+            "it since 2027-01-01)") in report["checks"]["torchtitan_api"]["error"]

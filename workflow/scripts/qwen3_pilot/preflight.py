@@ -1,0 +1,387 @@
+"""The trn2 preflight: everything about a trn2 configuration that can be checked without a trn2, on any
+machine, before anyone rents one.
+
+    python -m qwen3_pilot.preflight --configfile config/trn2.yaml [--model-configs DIR] [--out DIR]
+    (make preflight)
+
+1. the config: config/config.yaml with the given files laid over it, validated against the schema and the
+   cross-key rules, exactly as the Snakefile does;
+2. torchtitan's API: every class, field and function the recipes use exists (titan_api);
+3. every recipe's full torchtitan config, built by the recipes' own config functions from the published
+   models' config.json values (`--model-configs`: <repo name>.config.json for weights.repo_id, and
+   Qwen3-30B-A3B.config.json for the reduced MoE's widths): config parity, the kernel converters and their
+   replacement counts (rope_hf on the native 4B model as well, configured or not), parameter counts on
+   the meta device;
+4. the 64-rank FSDP plan of the 4B model (memory per rank, torchtitan's fake process group);
+5. the exact launch command and environment of every neuron stage.
+
+It writes preflight.json and preflight.html into `--out` and exits non-zero when a check failed. Nothing
+here runs on Trainium, and the report says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from .config import CACHE_ROOT, check_config
+
+PROJECT = Path(__file__).resolve().parents[3]
+DEFAULT_MODEL_CONFIGS = PROJECT.parent / "shared" / "data" / "qwen3-configs"
+MOE_MODEL = "Qwen3-30B-A3B"
+# The reduced MoE's widths against Qwen3-30B-A3B's config.json: moe.full_width key -> config.json key.
+MOE_WIDTH_FIELDS = {
+    "dim": "hidden_size", "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
+    "head_dim": "head_dim", "moe_hidden_dim": "moe_intermediate_size", "vocab_size": "vocab_size",
+}
+
+
+class PreflightError(RuntimeError):
+    pass
+
+
+# ---- 1. config ----
+
+
+def load_config(configfiles: list[Path], project: Path = PROJECT) -> dict[str, Any]:
+    """config/config.yaml, then each file laid over it key by key (Snakemake's --configfile), validated
+    with the workflow's schema and cross-key rules."""
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((project / "config" / "config.yaml").read_text())
+    for path in configfiles:
+        overlay = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(overlay, dict):
+            raise PreflightError(f"{path}: expected a mapping of config keys, got {type(overlay).__name__}")
+        config = _update(config, overlay)
+    validate(config, schema=str(project / "config" / "schema" / "config.schema.yaml"))
+    check_config(config)
+    if config["backend"] != "neuron":
+        raise PreflightError(f"backend = {config['backend']!r}: the preflight checks a neuron (trn2) configuration")
+    return config
+
+
+def _update(base: dict, overlay: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        out[key] = _update(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+# ---- 3. recipes ----
+
+
+def published_config(model_configs: Path, name: str) -> Path:
+    path = Path(model_configs) / f"{name}.config.json"
+    if not path.exists():
+        raise PreflightError(f"{path}: no published config.json for {name} (--model-configs names the folder)")
+    return path
+
+
+def checkpoint_stand_in(work: Path, config_json: Path) -> Path:
+    """A folder holding only the published config.json: what the recipes read of the fetched checkpoint
+    when they build a config (the weights and tokenizer are read by the trainer, which does not run here)."""
+    folder = work / "checkpoint"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(config_json.read_text())
+    return folder
+
+
+def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path) -> dict[str, Path]:
+    """The recipe JSON each neuron training stage would write, with the trn2 config's values."""
+    from .moe import ROUTER_LOAD_FILE, model_spec
+    from .parity import read_checkpoint_values
+    from .training import write_recipe
+
+    peak = backend.peak_flops_per_rank
+    paths = {}
+    for stage in ("train_native", "train_hf", "moe_reduced"):
+        folder = work / stage
+        folder.mkdir(parents=True, exist_ok=True)
+        rules = kernel_rules(config, stage)
+        extra: dict[str, Any] = {}
+        if stage == "moe_reduced":
+            vocab = read_checkpoint_values(checkpoint)["vocab_size"]
+            extra = {
+                "moe": model_spec(config["moe"], config["moe"]["width"], vocab, config["training"]["seq_len"]),
+                "router_load_path": str((folder / "run" / ROUTER_LOAD_FILE).resolve()),
+            }
+        paths[stage] = folder / "recipe.json"
+        write_recipe(
+            paths[stage], stage=stage, backend=backend, checkpoint=checkpoint, corpus_dir=work / "corpus",
+            dataset=config["data"]["dataset"], training=config["training"], peak_flops_per_rank=peak,
+            parity_path=folder / "parity.json", replacements=rules, lnc=config["neuron"]["lnc"], **extra,
+        )
+    return paths
+
+
+def kernel_rules(config: dict[str, Any], stage: str) -> list[dict[str, str]]:
+    """rules/common.smk's get_kernel_rules, for the preflight's process."""
+    kernels = config["kernels"]
+    return [{"kernel": name, **kernels["rules"][name]} for name in kernels.get(stage, [])]
+
+
+def build_recipe(recipe_path: Path, config_function: str):
+    """The recipe's torchtitan Trainer.Config, from the recipes' own config function."""
+    from . import recipes
+    from .training import RECIPE_ENV
+
+    previous = os.environ.get(RECIPE_ENV)
+    os.environ[RECIPE_ENV] = str(recipe_path)
+    try:
+        return getattr(recipes, config_function)()
+    finally:
+        if previous is None:
+            os.environ.pop(RECIPE_ENV, None)
+        else:
+            os.environ[RECIPE_ENV] = previous
+
+
+def native_check(recipe_path: Path, lnc: int) -> dict[str, Any]:
+    from .recipes import count_parameters
+    from .replacement import apply_converters, kernel_converters, replaced_paths
+
+    trainer = build_recipe(recipe_path, "qwen3_native")
+    model = trainer.model_spec.model
+    parity = json.loads(recipe_path.with_name("parity.json").read_text())
+    configured = replaced_paths(model)
+    # The seed's custom-replacement demonstration: RoPE replaced in every layer of the 4B model. Checked
+    # here whether or not kernels.train_native turns it on, so that turning it on is known to work.
+    demo = configured if "rope_hf" in configured else replaced_paths(
+        apply_converters(copy.deepcopy(model), kernel_converters([{"kernel": "rope_hf", "layers": "*"}], lnc))
+    )
+    return {
+        "flavor": trainer.model_spec.flavor,
+        "parameters": count_parameters(model),
+        "layers": len(model.layers),
+        "parity": parity["rows"],
+        "kernel_replacements": _counts(configured),
+        "rope_hf_on_every_layer": len(demo.get("rope_hf", [])),
+        "seq_len": trainer.training.seq_len,
+        "global_batch_size": trainer.training.global_batch_size,
+        "mixed_precision_param": trainer.training.mixed_precision_param,
+    }
+
+
+def hf_check(recipe_path: Path) -> dict[str, Any]:
+    """The transformers-backend recipe: its config, and parity of the transformers config it builds the
+    model from (torchtitan's own update_from_config, as the trainer calls it) against config.json."""
+    from .parity import parity_table, read_checkpoint_values
+    from .recipes import hf_model_values
+
+    trainer = build_recipe(recipe_path, "qwen3_hf")
+    recipe = json.loads(recipe_path.read_text())
+    model_config = copy.deepcopy(trainer.model_spec.model)
+    model_config.update_from_config(config=trainer)
+    hf = read_checkpoint_values(Path(recipe["checkpoint"]))
+    rows, problems = parity_table(hf_model_values(model_config), hf, recipe["accepted_differences"])
+    if problems:
+        raise PreflightError("train_hf: the model differs from config.json:\n  - " + "\n  - ".join(problems))
+    return {"hf_model": trainer.hf_model, "parity": rows, "seq_len": trainer.training.seq_len}
+
+
+def moe_check(recipe_path: Path, config: dict[str, Any], moe_config_json: Path) -> dict[str, Any]:
+    from .parity import _same
+    from .recipes import count_parameters
+    from .replacement import replaced_paths
+
+    trainer = build_recipe(recipe_path, "qwen3_moe_reduced")
+    model = trainer.model_spec.model
+    parameters = count_parameters(model)
+    expected = config["moe"]["full_width"]["expected_params"]
+    published = json.loads(moe_config_json.read_text())
+    full = config["moe"]["full_width"]
+    rows = [{"field": key, "moe.full_width": full[key], f"{MOE_MODEL} config.json": published.get(hf_key),
+             "verdict": "match" if _same(full[key], published.get(hf_key)) else "MISMATCH"}
+            for key, hf_key in MOE_WIDTH_FIELDS.items()]
+    problems = [f"moe.full_width.{row['field']} = {row['moe.full_width']}, {MOE_MODEL} config.json has "
+                f"{row[f'{MOE_MODEL} config.json']}" for row in rows if row["verdict"] != "match"]
+    width = config["moe"]["width"]
+    trained_at_full = all(width[key] == full[key] for key in width)
+    if trained_at_full and parameters != expected:
+        problems.append(f"the reduced MoE built from the trn2 config has {parameters:,} parameters; "
+                        f"moe.full_width.expected_params = {expected:,}")
+    if problems:
+        raise PreflightError("moe_reduced:\n  - " + "\n  - ".join(problems))
+    return {
+        "parameters": parameters,
+        "trained_at_full_width": trained_at_full,
+        "layers": len(model.layers),
+        "widths_against_published": rows,
+        "kernel_replacements": _counts(replaced_paths(model)),
+        "compile": trainer.compile.enable,
+    }
+
+
+def _counts(paths: dict[str, list[str]]) -> dict[str, int]:
+    return {kernel: len(found) for kernel, found in paths.items()}
+
+
+# ---- 5. launch commands ----
+
+
+def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str, Any]]:
+    """The command and added environment of every torchrun launch a neuron run makes, built by the same
+    functions the stages launch with, at the paths the workflow gives them."""
+    from .ranks import rank_worker_command
+    from .training import CONFIG_FUNCTIONS, CONTROL_OVERRIDES, PLAIN_RECIPE, trainer_launch
+
+    python, results, logs = sys.executable, project / "results", project / "logs"
+    launches = [{
+        "stage": "verify_ranks", "launch": "ranks",
+        "command": rank_worker_command(backend, backend.expected_ranks, results / "verify_ranks" / "ranks", python,
+                                       backend.rank_log_dir(logs / "verify_ranks" / "verify_ranks.log", "ranks")),
+        "env": backend.launcher_env,
+    }]
+    for stage in ("train_native", "train_hf", "moe_reduced"):
+        kinds = [("run", (), "recipe.json")]
+        if stage != "moe_reduced":
+            kinds.append(("control", CONTROL_OVERRIDES, "recipe.json"))
+        if kernel_rules(config, stage):
+            kinds.append(("plain", (), PLAIN_RECIPE))
+        for kind, overrides, recipe in kinds:
+            command, env = trainer_launch(
+                backend, backend.expected_ranks, CONFIG_FUNCTIONS[stage], results / stage / recipe,
+                results / stage / kind, overrides, python,
+                rank_log_dir=backend.rank_log_dir(logs / stage / f"{stage}.log", kind),
+            )
+            launches.append({"stage": stage, "launch": kind, "command": command, "env": env})
+    return launches
+
+
+# ---- the whole preflight ----
+
+
+def run_check(name: str, function: Callable[[], Any], checks: dict[str, Any]) -> Any:
+    started = time.perf_counter()
+    try:
+        figures = function()
+        checks[name] = {"status": "pass", "figures": figures}
+        return figures
+    except Exception as error:  # every check's failure is reported, then the preflight exits non-zero
+        checks[name] = {"status": "fail", "error": f"{type(error).__name__}: {error}",
+                        "traceback": traceback.format_exc(limit=4)}
+        return None
+    finally:
+        checks[name]["seconds"] = round(time.perf_counter() - started, 2)
+
+
+def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: Path = PROJECT) -> dict[str, Any]:
+    """Runs every check (each one's failure is recorded, the others still run) and writes the report."""
+    from . import titan_api
+    from .backends import make_backend
+    from .titan_api import check_torchtitan_api
+
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    checks: dict[str, Any] = {}
+    config = run_check("config", lambda: load_config(configfiles, project), checks)
+    if config is not None:
+        checks["config"]["figures"] = {
+            "files": [str(p) for p in configfiles], "backend": config["backend"], "ranks": config["ranks"],
+            "neuron": config["neuron"], "training.seq_len": config["training"]["seq_len"],
+            "weights": f"{config['weights']['repo_id']}@{config['weights']['revision']}",
+            "kernels": {stage: config["kernels"].get(stage, []) for stage in ("train_native", "moe_reduced")},
+        }
+    # The neuron backend's entries, read at call time (a test takes one away to see the check fail).
+    run_check("torchtitan_api", lambda: check_torchtitan_api(backend="neuron", entries=titan_api.TORCHTITAN_API)
+              or {"entries_checked": len(titan_api.TORCHTITAN_API), "version": titan_api.installed_torchtitan()}, checks)
+    if config is not None:
+        backend = make_backend(config, str((project / CACHE_ROOT).resolve()))
+        dense_json = run_check(
+            "published_configs",
+            lambda: {"dense": str(published_config(model_configs, config["weights"]["repo_id"].split("/")[-1])),
+                     "moe": str(published_config(model_configs, MOE_MODEL))},
+            checks,
+        )
+        if dense_json is not None:
+            checkpoint = checkpoint_stand_in(work, Path(dense_json["dense"]))
+            recipes = stage_recipes(config, backend, checkpoint, work)
+            lnc = config["neuron"]["lnc"]
+            run_check("train_native", lambda: native_check(recipes["train_native"], lnc), checks)
+            run_check("train_hf", lambda: hf_check(recipes["train_hf"]), checks)
+            run_check("moe_reduced", lambda: moe_check(recipes["moe_reduced"], config, Path(dense_json["moe"])), checks)
+            run_check("launches", lambda: launch_plan(config, backend, project), checks)
+        run_check("fsdp_plan", lambda: fsdp_plan(config, out), checks)
+    failed = [name for name, check in checks.items() if check["status"] != "pass"]
+    report = {
+        "title": "trn2 preflight",
+        "status": "fail" if failed else "pass",
+        "failed": failed,
+        "nothing_ran_on_trainium": (
+            "Nothing in this preflight ran on Trainium: configs were built and counted on the meta device of "
+            "this machine, and the launch commands were printed, not run."
+        ),
+        "does_not_prove": (
+            "That the launches succeed on a trn2, that the NKI kernels compile or match PyTorch there, that the "
+            "Neuron packages are installed, or any memory, speed or loss figure. The FSDP plan counts parameters, "
+            "gradients and AdamW state only (no activations, no compiler workspace)."
+        ),
+        "seconds": round(time.perf_counter() - started, 1),
+        "checks": checks,
+    }
+    from .artifacts import write_json, write_text
+
+    write_json(out / "preflight.json", report)
+    write_text(out / "preflight.html", render_html(report))
+    return report
+
+
+def fsdp_plan(config: dict[str, Any], out: Path) -> dict[str, Any]:
+    from .rank_plan import run_plan_subprocess
+
+    plan = config["plan"]
+    result = run_plan_subprocess(flavor=plan["flavor"], world_size=config["ranks"],
+                                 hbm_per_rank_gib=plan["hbm_per_rank_gib"], out_path=out / "work" / "plan.json")
+    if not result["fits"]:
+        raise PreflightError(f"the {plan['flavor']} FSDP plan needs {result['static_gib_per_rank']:.2f} GiB per rank; "
+                             f"plan.hbm_per_rank_gib = {plan['hbm_per_rank_gib']}")
+    return result
+
+
+def render_html(report: dict[str, Any]) -> str:
+    from .report import environment
+
+    return environment().get_template("preflight.html.j2").render(report=report)
+
+
+def print_summary(report: dict[str, Any]) -> None:
+    print(f"trn2 preflight: {report['status']} in {report['seconds']} s. {report['nothing_ran_on_trainium']}")
+    for name, check in report["checks"].items():
+        print(f"  {check['status']:4}  {name}" + (f": {check['error']}" if check["status"] != "pass" else ""))
+    native = report["checks"].get("train_native", {}).get("figures")
+    if native:
+        print(f"  train_native: {native['parameters']:,} parameters, rope_hf replaces {native['rope_hf_on_every_layer']} "
+              f"of {native['layers']} layers' RoPE")
+        for row in native["parity"]:
+            print(f"    {row['field']:24} built {row['built']!s:>12}  config.json {row['checkpoint']!s:>12}  {row['verdict']}")
+    for launch in (report["checks"].get("launches", {}).get("figures") or []):
+        env = " ".join(f"{key}={value}" for key, value in sorted(launch["env"].items()))
+        print(f"  $ {launch['stage']} ({launch['launch']}): {env} {' '.join(launch['command'])}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="trn2 preflight: the trn2 configuration checked without a trn2")
+    parser.add_argument("--configfile", type=Path, nargs="+", default=[PROJECT / "config" / "trn2.yaml"])
+    parser.add_argument("--model-configs", type=Path, default=DEFAULT_MODEL_CONFIGS,
+                        help="folder with the published <model>.config.json files")
+    parser.add_argument("--out", type=Path, default=PROJECT / "results" / "preflight")
+    args = parser.parse_args(argv)
+    report = preflight(args.configfile, args.model_configs, args.out)
+    print_summary(report)
+    print(f"report: {args.out / 'preflight.html'}")
+    return 0 if report["status"] == "pass" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
