@@ -6,9 +6,12 @@ Every function returns plain JSON-serialisable data; `kernel_numerics(config)` r
 every check that failed under "problems". The implementations under test are parameters, so a test can
 hand in a wrong one and see the check fail.
 
-Config keys (`kernel_numerics`), each optional (DEFAULTS fills the rest):
+Config keys (`kernel_numerics`), each optional (DEFAULTS fills the rest; BACKEND_SETTINGS what differs on a
+backend's device):
   lnc: the neuron LNC whose sequence rule the models and the rule check enforce
+  device: where the harness runs (the stage sets the backend's device; its kernels are installed first)
   rope / moe: {shapes: [...], dtypes: ["float32", "bfloat16"], tolerances: {dtype: max abs diff}}
+    (a RoPE tolerance "bf16_stepwise" is derived per shape, see bf16_stepwise_rope_bound)
   train: {steps, seed, batch, seq_len, lr, loss_tolerance, dense: {...sizes}, moe: {...sizes}}
   compile: {backend: "auto" | "inductor" | "aot_eager" | "eager", models: ["dense", "moe"],
             tolerances: {model: max abs diff}, cache_dir}

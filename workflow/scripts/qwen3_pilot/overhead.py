@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .recipes import RECIPE_ENV
+from .training import RECIPE_ENV
 from .training import LAUNCH_RECORD
 
 LIMIT_PCT = 5.0
