@@ -7,7 +7,7 @@ from snakemake.utils import validate
 # The stage logic is a package beside the scripts; `make` installs it, this covers a bare checkout.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
-from qwen3_pilot.config import CACHE_ROOT, check_config, config_digest
+from qwen3_pilot.config import CACHE_ROOT, check_config, config_digest, stage_kernel_rules
 from qwen3_pilot.pins import installed_version, read_pins
 
 
@@ -60,13 +60,17 @@ def get_backend_config():
 # Training stages: what every torchrun stage reads, and the pins each recipe depends on.
 def train_inputs(*packages):
     return {
-        "stamps": pin_stamps(*packages),
+        "stamps": pin_stamps(*packages, *BACKEND_PACKAGES),
         "checkpoint": "results/fetch_weights/checkpoint",
         "weights": "results/fetch_weights/summary.json",
         "corpus": "results/fetch_corpus/c4_test",
         "ranks": "results/verify_ranks/summary.json",
     }
 
+
+# On neuron the stages that run torch on the device depend on the Neuron framework, compiler and NKI pins
+# too (none of them exists on cpu): a bump reruns them.
+BACKEND_PACKAGES = tuple(p for p in ("torch-neuronx", "neuronx-cc", "nki") if p in PINS)
 
 TRAIN_PACKAGES = {
     # The native recipe loads safetensors through torchtitan's state-dict adapter; no transformers.
@@ -76,8 +80,8 @@ TRAIN_PACKAGES = {
 
 
 def get_kernel_rules(stage):
-    """The kernel replacements one training stage builds its model with ({kernel, layers, module} each) and
-    the loss tolerance against the same run without them; only that stage's part of config `kernels`."""
-    kernels = config["kernels"]
-    rules = [{"kernel": name, **kernels["rules"][name]} for name in kernels.get(stage, [])]
-    return {"rules": rules, "loss_tolerance": kernels["loss_tolerance"]}
+    """One training stage's kernel replacements and the loss tolerance against the same run without them;
+    only that stage's part of config `kernels`, and nothing when it has none (a tolerance change then
+    reruns only the stages that use it)."""
+    rules = stage_kernel_rules(config, stage)
+    return {"rules": rules, "loss_tolerance": config["kernels"]["loss_tolerance"]} if rules else {"rules": []}

@@ -9,7 +9,6 @@ rule train_hf:
     output:
         run=directory("results/train_hf/run"),
         control=directory("results/train_hf/control"),
-        plain=directory("results/train_hf/plain"),
         recipe="results/train_hf/recipe.json",
         summary="results/train_hf/summary.json",
     log:
@@ -21,7 +20,6 @@ rule train_hf:
     params:
         backend=get_backend_config(),
         training=config["training"],
-        kernels=get_kernel_rules("train_hf"),
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
     threads: workflow.cores
@@ -130,7 +128,7 @@ rule moe_reduced:
 # RoPE and MoE-experts kernels against torchtitan's PyTorch modules; the replaced model trains and compiles.
 rule kernel_numerics:
     input:
-        stamps=pin_stamps("torch", "torchtitan"),
+        stamps=pin_stamps("torch", "torchtitan", *BACKEND_PACKAGES),
     output:
         results="results/kernel_numerics/numerics.json",
         summary="results/kernel_numerics/summary.json",

@@ -54,7 +54,7 @@ def test_kernel_numerics_on_neuron_fails_at_once_naming_the_missing_packages(tmp
             cache_root=str(tmp_path), results_path=tmp_path / "numerics.json", summary_path=tmp_path / "summary.json",
         )
     assert "torch_neuronx (torch-neuronx" in str(raised.value)
-    assert "nkilib.core.embeddings.rope_hf (nki-library" in str(raised.value)
+    assert "nkilib.core.embeddings.rope_hf (the NKI Library" in str(raised.value)
     assert not (tmp_path / "numerics.json").exists() and not (tmp_path / "summary.json").exists()
 
 

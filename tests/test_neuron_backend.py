@@ -282,3 +282,10 @@ def test_the_conda_env_installs_exactly_the_neuron_pins():
     (pip,) = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
     assert "-r neuron.txt" in pip
     assert not [line for line in pip if "==" in line]  # no second copy of a pin that could drift
+
+
+def test_the_nki_library_is_recorded_with_the_distribution_that_provides_it():
+    from qwen3_pilot.backends.neuron import NOT_FOUND, module_distribution
+
+    assert module_distribution("nkilib", lambda: {}) == NOT_FOUND
+    assert module_distribution("yaml", lambda: {"yaml": ["PyYAML"]}).startswith("PyYAML 6.")

@@ -51,13 +51,14 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
 
 
 @pytest.mark.parametrize("overlay, check, message", [
+    ({"neuron": {"lnc": 3}}, "config", "3 is not one of [1, 2]"),
     ({"neuron": {"lnc": 1}}, "config",
      "ranks = 64: on the neuron backend it must equal chips x cores_per_chip / lnc = 16 x 8 / 1 = 128"),
     ({"training": {"seq_len": 384}}, "config", "training.seq_len = 384: must be a multiple of 128 x neuron.lnc = 256"),
     ({"ranks": 32}, "config", "ranks = 32: on the neuron backend it must equal chips x cores_per_chip / lnc"),
     ({"training": {"native_flavor": "4B"}}, "train_native",
      "rope_theta: built 1000000.0, checkpoint config.json 5000000.0"),
-], ids=["wrong_lnc", "seq_len_not_256", "ranks_not_64", "unaccepted_theta"])
+], ids=["lnc_not_1_or_2", "lnc_1_with_64_ranks", "seq_len_not_256", "ranks_not_64", "unaccepted_theta"])
 def test_a_broken_trn2_config_fails_naming_what_is_wrong(tmp_path, overlay, check, message):
     report = run(tmp_path, overlay)
     assert report["status"] == "fail" and check in report["failed"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -78,6 +79,23 @@ def check_config(config: dict[str, Any]) -> None:
 def is_pinned_revision(revision: str) -> bool:
     """A 40-hex commit pins the download; a branch or tag name can move under the same config."""
     return re.fullmatch(r"[0-9a-f]{40}", revision) is not None
+
+
+def stage_kernel_rules(config: dict[str, Any], stage: str) -> list[dict[str, str]]:
+    """The kernel replacements a training stage builds its model with ({kernel, layers, module} each), from
+    config `kernels`: the list under the stage's name, each kernel's rule from `kernels.rules`."""
+    kernels = config["kernels"]
+    return [{"kernel": name, **kernels["rules"][name]} for name in kernels.get(stage, [])]
+
+
+def deep_update(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `overlay` laid over it key by key (nested mappings merged, anything else replaced), as
+    Snakemake lays one --configfile over another; neither argument is changed."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = deep_update(out[key], value) if nested else value
+    return out
 
 
 def config_digest(config: dict[str, Any]) -> str:

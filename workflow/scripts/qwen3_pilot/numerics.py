@@ -657,11 +657,6 @@ class NumericsError(RuntimeError):
     pass
 
 
-def _overlay(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        out[key] = _overlay(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 # What differs on a backend's device. neuron: float32 must be exact (the seed's 0.0: the kernel computes
@@ -685,12 +680,15 @@ def kernel_numerics_stage(
 
     from .artifacts import write_json
     from .backends import backend_module
+    from .config import deep_update
     from .summary import StageSummary
 
     backend = backend_config["backend"]
     lnc = backend_config["neuron"]["lnc"]
     installed = backend_module(backend).install_kernels(lnc)
-    settings = _overlay(BACKEND_SETTINGS.get(backend, {}), settings)  # the user's keys win
+    # The user's keys win, except the device: the summary names the kernels installed for this backend's.
+    settings = deep_update(BACKEND_SETTINGS.get(backend, {}), settings)
+    settings["device"] = BACKEND_SETTINGS.get(backend, {}).get("device", DEFAULTS["device"])
     cache_dir = str(Path(cache_root).resolve() / "torchinductor")
     config = {**settings, "lnc": lnc, "compile": {**settings.get("compile", {}), "cache_dir": cache_dir}}
     result = kernel_numerics(config, log=log)

@@ -22,8 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .training import RECIPE_ENV
-from .training import LAUNCH_RECORD
+from .training import LAUNCH_RECORD, RECIPE_ENV
 
 LIMIT_PCT = 5.0
 

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import yaml
 
-from .config import CACHE_ROOT, check_config
+from .config import CACHE_ROOT, check_config, deep_update, stage_kernel_rules
 
 PROJECT = Path(__file__).resolve().parents[3]
 DEFAULT_MODEL_CONFIGS = PROJECT.parent / "shared" / "data" / "qwen3-configs"
@@ -62,19 +62,12 @@ def load_config(configfiles: list[Path], project: Path = PROJECT) -> dict[str, A
         overlay = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(overlay, dict):
             raise PreflightError(f"{path}: expected a mapping of config keys, got {type(overlay).__name__}")
-        config = _update(config, overlay)
+        config = deep_update(config, overlay)
     validate(config, schema=str(project / "config" / "schema" / "config.schema.yaml"))
     check_config(config)
     if config["backend"] != "neuron":
         raise PreflightError(f"backend = {config['backend']!r}: the preflight checks a neuron (trn2) configuration")
     return config
-
-
-def _update(base: dict, overlay: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in overlay.items():
-        out[key] = _update(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 # ---- 3. recipes ----
@@ -107,7 +100,7 @@ def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path)
     for stage in ("train_native", "train_hf", "moe_reduced"):
         folder = work / stage
         folder.mkdir(parents=True, exist_ok=True)
-        rules = kernel_rules(config, stage)
+        rules = stage_kernel_rules(config, stage)
         extra: dict[str, Any] = {}
         if stage == "moe_reduced":
             vocab = read_checkpoint_values(checkpoint)["vocab_size"]
@@ -122,12 +115,6 @@ def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path)
             parity_path=folder / "parity.json", replacements=rules, lnc=config["neuron"]["lnc"], **extra,
         )
     return paths
-
-
-def kernel_rules(config: dict[str, Any], stage: str) -> list[dict[str, str]]:
-    """rules/common.smk's get_kernel_rules, for the preflight's process."""
-    kernels = config["kernels"]
-    return [{"kernel": name, **kernels["rules"][name]} for name in kernels.get(stage, [])]
 
 
 def build_recipe(recipe_path: Path, config_function: str):
@@ -159,6 +146,9 @@ def native_check(recipe_path: Path, lnc: int) -> dict[str, Any]:
     demo = configured if "rope_hf" in configured else replaced_paths(
         apply_converters(copy.deepcopy(model), kernel_converters([{"kernel": "rope_hf", "layers": "*"}], lnc))
     )
+    if len(demo.get("rope_hf", [])) != len(model.layers):
+        raise PreflightError(f"train_native: rope_hf replaced {len(demo.get('rope_hf', []))} RoPE modules in a "
+                             f"{len(model.layers)}-layer model; expected one per layer")
     return {
         "flavor": trainer.model_spec.flavor,
         "parameters": count_parameters(model),
@@ -210,6 +200,14 @@ def moe_check(recipe_path: Path, config: dict[str, Any], moe_config_json: Path) 
     if trained_at_full and parameters != expected:
         problems.append(f"the reduced MoE built from the trn2 config has {parameters:,} parameters; "
                         f"moe.full_width.expected_params = {expected:,}")
+    if trainer.compile.enable:
+        problems.append("torch.compile is on; the seed's reduced-MoE configuration is eager")
+    replaced = _counts(replaced_paths(model))
+    for rule in stage_kernel_rules(config, "moe_reduced"):
+        if replaced.get(rule["kernel"]) != len(model.layers):
+            problems.append(f"{rule['kernel']} replaced {replaced.get(rule['kernel'], 0)} modules in a "
+                            f"{len(model.layers)}-layer model; kernels.rules.{rule['kernel']} targets "
+                            f"layers {rule['layers']!r}")
     if problems:
         raise PreflightError("moe_reduced:\n  - " + "\n  - ".join(problems))
     return {
@@ -217,7 +215,7 @@ def moe_check(recipe_path: Path, config: dict[str, Any], moe_config_json: Path) 
         "trained_at_full_width": trained_at_full,
         "layers": len(model.layers),
         "widths_against_published": rows,
-        "kernel_replacements": _counts(replaced_paths(model)),
+        "kernel_replacements": replaced,
         "compile": trainer.compile.enable,
     }
 
@@ -246,7 +244,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
         kinds = [("run", (), "recipe.json")]
         if stage != "moe_reduced":
             kinds.append(("control", CONTROL_OVERRIDES, "recipe.json"))
-        if kernel_rules(config, stage):
+        if stage_kernel_rules(config, stage):
             kinds.append(("plain", (), PLAIN_RECIPE))
         for kind, overrides, recipe in kinds:
             command, env = trainer_launch(

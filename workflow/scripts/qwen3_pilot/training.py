@@ -384,16 +384,19 @@ def loss_agreement(replaced: list[dict[str, Any]], plain: list[dict[str, Any]], 
 
 def replaced_against_plain(
     stage: str, backend: Backend, *, config_function: str, recipe: dict[str, Any], recipe_path: Path, run: Launch,
-    steps: list[dict[str, Any]], plain_dir: Path, log_path: Path, parity_path: Path, kernels: dict[str, Any],
+    steps: list[dict[str, Any]], plain_dir: Path | None, log_path: Path, parity_path: Path, kernels: dict[str, Any],
     n_layers: int,
 ) -> dict[str, Any] | None:
     """With replacements configured: the launch log's count, then the same recipe without them (same seed,
     weights and batches), step by step. None without replacements (the plain folder stays empty)."""
+    plain_recipe = recipe_path.with_name(PLAIN_RECIPE)
     if not kernels["rules"]:
-        clear_run_dir(plain_dir)
+        # Nothing of an earlier run with replacements may outlive it.
+        plain_recipe.unlink(missing_ok=True)
+        if plain_dir is not None:
+            clear_run_dir(plain_dir)
         return None
     figures = replacement_check(stage, run, kernels["rules"], n_layers)
-    plain_recipe = recipe_path.with_name(PLAIN_RECIPE)
     write_json(plain_recipe, {**recipe, "replacements": []})
     plain_run, plain_steps = launch_and_read(
         f"{stage} (plain, no kernel replacements)", backend, config_function=config_function,
@@ -420,7 +423,7 @@ def replacement_proves(replacements: dict[str, Any] | None) -> str:
 def train_stage(
     *, stage: str, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], kernels: dict[str, Any],
     cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
-    control_dir: Path, plain_dir: Path, summary_path: Path, log_path: Path,
+    control_dir: Path, plain_dir: Path | None, summary_path: Path, log_path: Path,
 ) -> dict[str, Any]:
     from .summary import StageSummary
 

@@ -233,7 +233,18 @@ def read_system_versions(
         devices = []
     versions["neuron_ls_devices"] = len(devices)
     versions["neuron_devices"] = devices
+    versions["nkilib"] = module_distribution("nkilib")
     return versions
+
+
+def module_distribution(module: str, distributions: Callable[[], dict[str, list[str]]] | None = None) -> str:
+    """Which installed distribution provides a top-level module, with its version: nkilib (the NKI
+    Library, whose rope_hf kernel the neuron backend calls) is not pinned, because where it comes from on a
+    TorchNeuron install (its own wheel, or bundled) is not established here; the record says."""
+    provided = (distributions or importlib.metadata.packages_distributions)().get(module, [])
+    if not provided:
+        return NOT_FOUND
+    return ", ".join(f"{name} {importlib.metadata.version(name)}" for name in sorted(set(provided)))
 
 
 def read_topology(neuron: dict[str, Any], ranks: int, run: Runner | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -326,7 +337,7 @@ def install_kernels(lnc: int) -> dict[str, str]:
     from ..kernels import KERNELS, implementation, set_implementation
 
     missing = []
-    for module, package in (("torch_neuronx", "torch-neuronx"), (NKI_ROPE_MODULE, "nki-library (nkilib)")):
+    for module, package in (("torch_neuronx", "torch-neuronx"), (NKI_ROPE_MODULE, "the NKI Library, module nkilib")):
         try:
             if module == "torch_neuronx":
                 import_torch_neuronx()

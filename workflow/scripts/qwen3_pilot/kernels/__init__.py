@@ -69,9 +69,11 @@ class ReplacedConfig:
 # ---- the launch-log line: written when a replaced module is built, read back by the training stages ----
 
 LOG_MARKER = "kernel replacement:"
+# The implementation runs to the end of the line: it may hold brackets itself ("rope_hf[2]").
 _LOG_LINE = re.compile(
     re.escape(LOG_MARKER) + r" (?P<kernel>\S+) (?P<path>layers\.(?P<layer>[^.\s]+)\.\S+) "
-    r"(?P<source>\S+) -> (?P<target>\S+) \[(?P<impl>[^\]]*)\]"
+    r"(?P<source>\S+) -> (?P<target>\S+) \[(?P<impl>.*)\][ \t]*\r?$",
+    re.MULTILINE,
 )
 
 

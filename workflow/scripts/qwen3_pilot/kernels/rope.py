@@ -110,8 +110,9 @@ def register_neuron_kernel(lnc: int) -> None:
     """Routes `qwen3_pilot::rope_hf` on neuron tensors to the NKI Library kernel. Call once per process on
     a trn2 with the Neuron SDK, before the model runs; never called on the build machines.
 
-    Module name: `nkilib.core.embeddings.rope_hf.rope_hf`, the NKI Library kernel that neuronx-cc bundles
-    under the `nkilib` namespace (source: github.com/aws-neuron/nki-library,
+    Module name: `nkilib.core.embeddings.rope_hf.rope_hf`, the NKI Library kernel (module `nkilib`; the
+    distribution that provides it is recorded by pin_env as system version `nkilib`; source:
+    github.com/aws-neuron/nki-library,
     src/nkilib_src/nkilib/core/embeddings/rope_hf.py). Assumptions not verified here: the device type
     torch-neuronx registers is "neuron" (as backends/neuron.py says), and an `@nki.jit` kernel is launched
     on LNC logical cores by subscripting it with the grid size (`kernel[lnc](...)`); the kernel itself
@@ -123,7 +124,11 @@ def register_neuron_kernel(lnc: int) -> None:
         q_out, k_out = torch.empty_like(q), torch.empty_like(k)
         # The kernel loads cos/sin tiles in q's dtype and addresses HBM with fixed strides.
         cos, sin = cos.to(q.dtype).contiguous(), sin.to(q.dtype).contiguous()
-        nki_rope_hf[lnc](q, k, q_out, k_out, cos=cos, sin=sin, backward=backward)
+        returned = nki_rope_hf[lnc](q, k, q_out, k_out, cos=cos, sin=sin, backward=backward)
+        # The kernel writes into the buffers it is handed; should the jit wrapper hand back tensors of its
+        # own instead, those are the results (never the untouched buffers).
+        if returned is not None:
+            q_out, k_out = returned
         return q_out, k_out
 
     rope_hf.register_kernel("neuron")(rope_hf_neuron)
