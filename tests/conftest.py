@@ -13,7 +13,7 @@ import yaml
 
 PROJECT = Path(__file__).resolve().parents[1]
 SHARED_CORPUS = PROJECT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
-WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "workflow")
+WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "profiles", "workflow")
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 # Collecting the tests imports torchtitan, and with it torch._dynamo, which creates its cache folder in the

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .artifacts import write_json
 from .backends import collective_count_dtype
+from .lifetime import die_with_parent
 
 
 def device_for(device_type: str, local_rank: int):
@@ -25,6 +26,7 @@ def device_for(device_type: str, local_rank: int):
 
 
 def main() -> None:
+    die_with_parent()
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--dist-backend", required=True)

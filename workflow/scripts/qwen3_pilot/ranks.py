@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .backends import Backend
+from .lifetime import die_with_parent
 
 
 class RankCheckError(RuntimeError):
@@ -71,7 +72,10 @@ def launch_ranks(
     with open(log_path, "a") as log:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
-        returncode = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+        # torchrun dies with this stage process however it ends, and the ranks with torchrun (lifetime.py).
+        returncode = subprocess.run(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, check=False, preexec_fn=die_with_parent
+        ).returncode
     records = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank-*.json"))]
     return returncode, records
 

@@ -10,10 +10,12 @@ import logging
 import os
 
 from .backends import backend_module
+from .lifetime import die_with_parent
 from .recipes import load_recipe
 from .titan_api import check_torchtitan_api
 
 if __name__ == "__main__":
+    die_with_parent()
     recipe = load_recipe()
     backend = backend_module(recipe["backend"])
     applied = backend.prepare_torchtitan()

@@ -22,6 +22,7 @@ from typing import Any
 
 from .artifacts import write_json
 from .backends import Backend
+from .lifetime import die_with_parent
 from .parity import read_checkpoint_values
 
 CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
@@ -160,8 +161,11 @@ def launch(
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
         started = time.perf_counter()
+        # Its own session, so that every process of the launch can be stopped as a group; and dead with this
+        # stage process however it ends (lifetime.py: the ranks die with torchrun in turn).
         process = subprocess.Popen(
-            command, env={**os.environ, **added_env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command, env={**os.environ, **added_env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         (run_dir / PID_FILE).write_text(str(process.pid))
         try:

@@ -1,0 +1,34 @@
+"""Processes that die with their parent: torchrun with the stage that launched it, each rank with torchrun.
+
+torchrun is started in a session of its own (so the stage can stop its whole process group), and torchrun
+(torchelastic's SubprocessHandler) starts each rank in a session of its own too. So a signal to the
+stage's process group (Ctrl-C under Snakemake) never reaches torchrun or the ranks, and when the stage or
+torchrun is killed outright nothing stops what it started: a rank outlives its launcher, holding its cores
+or its NeuronCores. Linux's PR_SET_PDEATHSIG has the kernel SIGKILL a process when its parent ends,
+however it ends; it survives exec, so it is set in the launched child before torchrun starts, and by each
+rank first thing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> bool:
+    """Ask the kernel to SIGKILL this process when its parent ends; False where that is not available
+    (not Linux). A parent that already ended before the request took effect ends this process now.
+    Safe as a Popen preexec_fn (no allocation-heavy work, no threads)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        return False
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
