@@ -7,7 +7,7 @@ ARGS ?=
 # The trn2 configuration the preflight checks (config/config.yaml with these files laid over it).
 TRN2_CONFIG ?= config/trn2.yaml
 
-.PHONY: report test preflight lint clean
+.PHONY: report test preflight verify signoff lint clean
 
 $(VENV)/.installed: envs/cpu.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ test: $(VENV)/.installed
 # The trn2 configuration checked on this machine, before renting a trn2: results/preflight/preflight.html.
 preflight: $(VENV)/.installed
 	$(BIN)/python -m qwen3_pilot.preflight --configfile $(TRN2_CONFIG) $(ARGS)
+
+# Every artifact results/report.json lists re-checked against the files on disk, and every sign-off against
+# the report.json it was given to; non-zero when anything changed.
+verify: $(VENV)/.installed
+	$(BIN)/python -m qwen3_pilot.audit verify
+
+# make signoff NAME="A Reviewer" DECISION=approve|reject NOTE="..." -> signoffs/signoffs.jsonl (kept by clean)
+signoff: $(VENV)/.installed
+	$(BIN)/python -m qwen3_pilot.audit signoff --name "$(NAME)" --decision "$(DECISION)" --note "$(NOTE)"
 
 lint: $(VENV)/.installed
 	$(BIN)/snakemake --lint

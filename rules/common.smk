@@ -52,6 +52,11 @@ def get_weights_cache():
     return f"{CACHE_ROOT}/huggingface/hub"
 
 
+# A torchrun stage takes every core it is given: its ranks share them (OMP_NUM_THREADS per rank). Not
+# workflow.cores, which raises where no --cores is given: `snakemake --report` must work without one.
+ALL_CORES = workflow.resource_settings.cores or 1
+
+
 def get_backend_config():
     """The keys a backend is built from; rules pass only these, so other config edits leave them cached."""
     return {key: config[key] for key in ("backend", "ranks", "neuron")}
@@ -64,6 +69,8 @@ def train_inputs(*packages):
         "checkpoint": "results/fetch_weights/checkpoint",
         "weights": "results/fetch_weights/summary.json",
         "corpus": "results/fetch_corpus/c4_test",
+        # The producers' summaries: the stage checks the files it consumes against what they recorded.
+        "corpus_summary": "results/fetch_corpus/summary.json",
         "ranks": "results/verify_ranks/summary.json",
     }
 

@@ -26,6 +26,7 @@ rule fetch_corpus:
 rule fixture_checkpoint:
     input:
         corpus="results/fetch_corpus/c4_test",
+        corpus_summary="results/fetch_corpus/summary.json",
     output:
         fixture=directory("results/fixture_checkpoint/fixture"),
         summary="results/fixture_checkpoint/summary.json",

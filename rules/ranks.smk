@@ -17,6 +17,6 @@ rule verify_ranks:
         backend=get_backend_config(),
         plan=config["plan"],
         cache_root=CACHE_ROOT,
-    threads: workflow.cores
+    threads: ALL_CORES
     script:
         "../workflow/scripts/verify_ranks.py"

@@ -22,7 +22,7 @@ rule train_hf:
         training=config["training"],
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
-    threads: workflow.cores
+    threads: ALL_CORES
     script:
         "../workflow/scripts/train.py"
 
@@ -48,7 +48,7 @@ rule train_native:
         kernels=get_kernel_rules("train_native"),
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
-    threads: workflow.cores
+    threads: ALL_CORES
     script:
         "../workflow/scripts/train.py"
 
@@ -76,6 +76,7 @@ rule export_reload:
     input:
         stamps=pin_stamps("torch", "torchtitan", "safetensors", "tokenizers", "transformers"),
         checkpoint="results/fetch_weights/checkpoint",
+        weights="results/fetch_weights/summary.json",
         hf="results/train_hf/run",
         native="results/train_native/run",
         hf_summary="results/train_hf/summary.json",
@@ -120,7 +121,7 @@ rule moe_reduced:
         kernels=get_kernel_rules("moe_reduced"),
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
-    threads: workflow.cores
+    threads: ALL_CORES
     script:
         "../workflow/scripts/moe_reduced.py"
 

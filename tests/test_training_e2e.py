@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -187,3 +188,62 @@ def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(copy_of
     # The same losses as the earlier run of the plain recipe, from the same weights and batches.
     replaced_losses = [s["loss"] for s in figures["steps"]]
     assert max(abs(a - b) for a, b in zip(replaced_losses, plain_losses)) <= 1e-4
+
+
+def trainer_processes(ws) -> list[int]:
+    """This workspace's torchrun ranks and launchers still running (by working folder and command line)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd == str(ws) and ("qwen3_pilot.train_entry" in cmdline or "torch.distributed.run" in cmdline):
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_ctrl_c_stops_every_rank_and_the_plain_command_then_completes(copy_of_run):
+    run_dir = copy_of_run / "results" / "train_native" / "run"
+    shutil.rmtree(run_dir)  # so that the metrics watched below are the new run's
+    command = [SNAKEMAKE, "--cores", "2", "results/report.html", "--forcerun", "train_native",
+               "--configfile", "config/test.yaml"]
+    # Its own process group, as a terminal gives a foreground command: Ctrl-C is SIGINT to that group.
+    snakemake = subprocess.Popen(command, cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while _metric_lines(run_dir) < 1:
+        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the interrupt"
+        time.sleep(0.2)
+    assert trainer_processes(copy_of_run), "no rank found while training"
+    os.killpg(snakemake.pid, signal.SIGINT)
+    snakemake.communicate(timeout=120)
+    deadline = time.monotonic() + 10
+    while trainer_processes(copy_of_run) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert trainer_processes(copy_of_run) == [], "ranks outlived the interrupt by 10 s"
+
+    # The README's own command, with no --rerun-incomplete: the workflow profile resumes the run.
+    result = run_snakemake(copy_of_run, "--cores", "1", "results/report.html")
+    assert result.returncode == 0, output(result)[-3000:]
+    assert json.loads((copy_of_run / "results" / "train_native" / "summary.json").read_text())["status"] == "pass"
+
+
+def test_a_byte_changed_after_its_stage_recorded_it_fails_the_consumer_and_verify(copy_of_run):
+    from qwen3_pilot.artifacts import sha256_file
+    from qwen3_pilot.audit import verify
+
+    corpus = copy_of_run / "results" / "fetch_corpus" / "c4_test" / "data.json"
+    recorded = sha256_file(corpus)
+    data = bytearray(corpus.read_bytes())
+    data[100] ^= 0x01
+    corpus.write_bytes(bytes(data))
+    result = run_snakemake(copy_of_run, "--cores", "2", "results/train_native/summary.json")
+    assert result.returncode != 0
+    assert (f"results/fetch_corpus/c4_test/data.json: fetch_corpus recorded sha256 {recorded}, the file now has "
+            f"{sha256_file(corpus)}") in output(result), output(result)[-3000:]
+    lines, ok = verify(copy_of_run / "results" / "report.json", copy_of_run / "signoffs" / "signoffs.jsonl")
+    assert not ok and any("CHANGED results/fetch_corpus/c4_test/data.json" in line for line in lines)

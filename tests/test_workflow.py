@@ -130,6 +130,27 @@ def test_moe_reduced_trains_with_both_kernels_one_per_layer_and_matches_the_plai
     assert stage_figures(completed_run, "train_native")["kernel_replacements"].startswith("none configured")
 
 
+def test_each_stage_records_when_its_work_started_and_ended(completed_run):
+    """Start and end bracket the work: within 5 % (or 2 s) of Snakemake's own benchmark of the job."""
+    import csv
+    from datetime import datetime
+
+    for benchmark in sorted((completed_run / "benchmarks").glob("*.tsv")):
+        stage = benchmark.stem
+        with open(benchmark) as handle:
+            job_s = float(next(csv.DictReader(handle, delimiter="\t"))["s"])
+        summary = json.loads((completed_run / "results" / stage / "summary.json").read_text())
+        recorded_s = (datetime.fromisoformat(summary["ended"]) - datetime.fromisoformat(summary["started"])).total_seconds()
+        assert 0 < recorded_s <= job_s + 0.5, (stage, recorded_s, job_s)
+        assert job_s - recorded_s <= max(2.0, 0.05 * job_s), (stage, recorded_s, job_s)
+
+
+def test_snakemake_report_works_without_cores(completed_run):
+    result = run_snakemake(completed_run, "--report", "report.zip")
+    assert result.returncode == 0, output(result)[-3000:]
+    assert (completed_run / "report.zip").stat().st_size > 1000
+
+
 def test_one_log_per_job(completed_run):
     logs = {p.relative_to(completed_run / "logs").as_posix() for p in (completed_run / "logs").rglob("*.log")}
     for expected in ("fetch_corpus/fetch_corpus.log", "verify_ranks/verify_ranks.log", "pin_env/torch.log",

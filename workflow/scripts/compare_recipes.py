@@ -3,7 +3,7 @@ from pathlib import Path
 from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.training import compare_recipes_stage
 
-with stage_log(snakemake.log[0]):
+with stage_log(snakemake.log[0], consumes=snakemake.input):
     compare_recipes_stage(
         hf_summary=Path(snakemake.input.train_hf),
         native_summary=Path(snakemake.input.train_native),

@@ -4,7 +4,7 @@ from qwen3_pilot.export_reload import export_reload_stage
 from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.training import export_dir
 
-with stage_log(snakemake.log[0]):
+with stage_log(snakemake.log[0], consumes=snakemake.input):
     export_reload_stage(
         exports={recipe: export_dir(Path(snakemake.input[recipe]), snakemake.params.steps) for recipe in ("hf", "native")},
         checkpoint_dir=Path(snakemake.input.checkpoint),

@@ -3,7 +3,7 @@ from pathlib import Path
 from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.weights import fetch_weights_stage
 
-with stage_log(snakemake.log[0]):
+with stage_log(snakemake.log[0], consumes=snakemake.input):
     fetch_weights_stage(
         weights=snakemake.params.weights,
         cache_dir=Path(snakemake.params.cache_dir),

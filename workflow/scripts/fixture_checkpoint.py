@@ -3,7 +3,7 @@ from pathlib import Path
 from qwen3_pilot.fixture import fixture_checkpoint_stage
 from qwen3_pilot.stagelog import stage_log
 
-with stage_log(snakemake.log[0]):
+with stage_log(snakemake.log[0], consumes=snakemake.input):
     fixture_checkpoint_stage(
         corpus_dir=Path(snakemake.input.corpus),
         fixture=snakemake.params.fixture,

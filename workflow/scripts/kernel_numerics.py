@@ -1,6 +1,6 @@
 from qwen3_pilot.stagelog import stage_log
 
-with stage_log(snakemake.log[0]) as log:
+with stage_log(snakemake.log[0], consumes=snakemake.input) as log:
     # Imported inside the log: the stage fixes inductor's cache folder before torch._dynamo is imported.
     from qwen3_pilot.numerics import kernel_numerics_stage
 

@@ -3,7 +3,7 @@ from pathlib import Path
 from qwen3_pilot.moe import moe_stage
 from qwen3_pilot.stagelog import stage_log
 
-with stage_log(snakemake.log[0]):
+with stage_log(snakemake.log[0], consumes=snakemake.input):
     moe_stage(
         backend_config=snakemake.params.backend,
         dataset=snakemake.params.dataset,

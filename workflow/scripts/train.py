@@ -3,7 +3,7 @@ from pathlib import Path
 from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.training import train_stage
 
-with stage_log(snakemake.log[0]):
+with stage_log(snakemake.log[0], consumes=snakemake.input):
     train_stage(
         stage=snakemake.rule,
         backend_config=snakemake.params.backend,

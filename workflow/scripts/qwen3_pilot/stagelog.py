@@ -11,16 +11,21 @@ import shutil
 import sys
 import traceback
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
+from .artifacts import check_custody
 from .backends import keep_compiler_caches_in_project
 from .config import CACHE_ROOT
+from .summary import mark_stage_started
 
 log = logging.getLogger("qwen3_pilot")
 
 
 @contextlib.contextmanager
-def stage_log(path: str | Path) -> Iterator[logging.Logger]:
+def stage_log(path: str | Path, consumes: Iterable[str | Path] = ()) -> Iterator[logging.Logger]:
+    """The job's log for everything the stage does; `consumes` (the job's inputs) is checked against what
+    the producing stages recorded before the stage does anything (artifacts.check_custody)."""
+    mark_stage_started()  # the summary's "started": when the stage's work begins, not when it is written
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     keep_compiler_caches_in_project(str(Path(CACHE_ROOT).resolve()))
@@ -30,6 +35,7 @@ def stage_log(path: str | Path) -> Iterator[logging.Logger]:
             stream=handle, level=logging.INFO, force=True, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
         try:
+            check_custody(consumes)
             yield log
         except BaseException as error:
             traceback.print_exc(file=handle)

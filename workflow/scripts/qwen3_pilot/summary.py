@@ -13,7 +13,22 @@ STATUSES = ("pass", "fail", "not_run")
 
 
 def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+# When this process's stage began its work (stagelog.stage_log sets it on entry): a summary is created at
+# the end of the work, so its own creation time would make "started" equal "ended".
+_stage_started: str | None = None
+
+
+def mark_stage_started() -> str:
+    global _stage_started
+    _stage_started = now_iso()
+    return _stage_started
+
+
+def stage_started() -> str:
+    return _stage_started or now_iso()
 
 
 @dataclass
@@ -26,7 +41,7 @@ class StageSummary:
     does_not_prove: str = ""
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    started: str = field(default_factory=now_iso)
+    started: str = field(default_factory=stage_started)
     ended: str = ""
 
     def __post_init__(self) -> None:

@@ -1,0 +1,113 @@
+"""make verify and make signoff: an artifact changed after its stage recorded it is named with both digests,
+and a sign-off whose report.json changed since is flagged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qwen3_pilot.artifacts import sha256_file
+from qwen3_pilot.audit import SignoffError, main, read_signoffs, signoff, verify
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """A report.json in results/ listing one artifact with its sha256, as the stages record them."""
+    (tmp_path / "results" / "stage").mkdir(parents=True)
+    artifact = tmp_path / "results" / "stage" / "weights.bin"
+    artifact.write_bytes(b"\x00\x01\x02\x03")
+    report = {
+        "status": "pass",
+        "provenance": {"commit": "abc", "dirty": False},
+        "stages": [{"stage": "fetch_weights", "artifacts": [
+            {"path": "results/stage/weights.bin", "bytes": 4, "sha256": sha256_file(artifact)}]}],
+    }
+    (tmp_path / "results" / "report.json").write_text(json.dumps(report))
+    return tmp_path
+
+
+def test_an_untouched_run_verifies(workspace):
+    lines, ok = verify(workspace / "results" / "report.json", workspace / "signoffs.jsonl")
+    assert ok and lines == [f"{workspace / 'results' / 'report.json'}: 1 artifacts listed, 0 changed or missing; "
+                            "report status pass"]
+
+
+def test_one_changed_byte_is_named_with_both_digests(workspace, capsys):
+    artifact = workspace / "results" / "stage" / "weights.bin"
+    recorded = sha256_file(artifact)
+    artifact.write_bytes(b"\x00\x01\x02\x04")
+    report = workspace / "results" / "report.json"
+    assert main(["--report", str(report), "--signoffs", str(workspace / "s.jsonl"), "verify"]) == 1
+    printed = capsys.readouterr().out
+    assert (f"CHANGED results/stage/weights.bin (fetch_weights): recorded sha256 {recorded}, now "
+            f"{sha256_file(artifact)}") in printed
+    artifact.unlink()
+    lines, ok = verify(report, workspace / "s.jsonl")
+    assert not ok and lines[1].endswith(", now missing")
+
+
+def test_a_signoff_is_bound_to_the_report_and_flagged_when_it_changes(workspace):
+    report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
+    record = signoff(report, "A Reviewer", "approve", "pilot looks good", signoffs)
+    assert record["report_sha256"] == sha256_file(report) and record["report_status"] == "pass"
+    assert read_signoffs(signoffs) == [record]
+    assert verify(report, signoffs)[1]
+
+    report.write_text(report.read_text().replace('"pass"', '"fail"'))
+    lines, ok = verify(report, signoffs)
+    assert not ok
+    assert lines[1] == (f"  STALE SIGN-OFF approve by A Reviewer on {record['date']}: given to report.json sha256 "
+                        f"{record['report_sha256']}, which is now {sha256_file(report)}")
+
+
+@pytest.mark.parametrize("name, decision, message", [
+    ("A Reviewer", "maybe", "DECISION = 'maybe': allowed: approve, reject"),
+    ("  ", "approve", "NAME is empty"),
+])
+def test_a_signoff_needs_a_name_and_a_decision(workspace, name, decision, message):
+    with pytest.raises(SignoffError, match=message):
+        signoff(workspace / "results" / "report.json", name, decision, "", workspace / "s.jsonl")
+    assert not (workspace / "s.jsonl").exists()
+
+
+def test_signoffs_survive_make_clean():
+    from conftest import PROJECT
+
+    clean = next(line for line in (PROJECT / "Makefile").read_text().splitlines() if line.strip().startswith("rm -rf"))
+    assert "signoffs" not in clean
+
+
+def test_a_signoff_given_by_one_path_is_checked_by_another(workspace, monkeypatch):
+    monkeypatch.chdir(workspace)
+    signoffs = workspace / "s.jsonl"
+    signoff(Path("results/report.json"), "A Reviewer", "reject", "", signoffs)
+    report = workspace / "results" / "report.json"
+    report.write_text(report.read_text().replace('"abc"', '"def"'))
+    lines, ok = verify(report, signoffs)
+    assert not ok and "STALE SIGN-OFF reject by A Reviewer" in lines[1]
+
+
+# ---- chain of custody: a stage checks what it consumes against what its producer recorded ----
+
+
+def test_a_consumed_file_that_changed_after_its_producer_recorded_it_is_named(workspace, monkeypatch):
+    from qwen3_pilot.artifacts import CustodyError, check_custody, custody_problems
+
+    monkeypatch.chdir(workspace)
+    summary = workspace / "results" / "stage" / "summary.json"
+    artifact = workspace / "results" / "stage" / "weights.bin"
+    summary.write_text(json.dumps({"stage": "fetch_weights", "artifacts": [
+        {"path": "results/stage/weights.bin", "bytes": 4, "sha256": sha256_file(artifact)}]}))
+    consumed = ["results/stage", "results/stage/summary.json"]  # a folder output and its producer's summary
+    assert custody_problems(consumed) == []
+    recorded = sha256_file(artifact)
+    artifact.write_bytes(b"\x00\x01\x02\x05")
+    with pytest.raises(CustodyError, match=f"results/stage/weights.bin: fetch_weights recorded sha256 {recorded}, "
+                                           f"the file now has {sha256_file(artifact)}"):
+        check_custody(consumed)
+    # Without the producer's summary among the inputs there is no record to hold the file to.
+    assert custody_problems(["results/stage"]) == []
+    artifact.unlink()
+    assert custody_problems(consumed)[0].endswith("the file now has missing")
