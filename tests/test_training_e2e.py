@@ -241,7 +241,8 @@ def test_a_byte_changed_after_its_stage_recorded_it_fails_the_consumer_and_verif
     data = bytearray(corpus.read_bytes())
     data[100] ^= 0x01
     corpus.write_bytes(bytes(data))
-    result = run_snakemake(copy_of_run, "--cores", "2", "results/train_native/summary.json")
+    # Snakemake does not see a change inside a directory() output: the stage is rerun by hand, as a user would.
+    result = rerun(copy_of_run, "train_native")
     assert result.returncode != 0
     assert (f"results/fetch_corpus/c4_test/data.json: fetch_corpus recorded sha256 {recorded}, the file now has "
             f"{sha256_file(corpus)}") in output(result), output(result)[-3000:]
