@@ -42,6 +42,20 @@ def edit_safetensors(path, change):
     save_file(tensors, path, metadata={"format": "pt"})
 
 
+def as_fetched(ws, path):
+    """Record an edited checkpoint file in fetch_weights' summary, as if the fetch had brought it: these tests
+    feed the trainer a bad checkpoint, not one changed behind the fetch's back (the custody check's case)."""
+    from qwen3_pilot.artifacts import sha256_file
+
+    summary_path = ws / "results" / "fetch_weights" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    relative = path.relative_to(ws).as_posix()
+    for artifact in summary["artifacts"]:
+        if artifact["path"] == relative:
+            artifact["sha256"], artifact["bytes"] = sha256_file(path), path.stat().st_size
+    summary_path.write_text(json.dumps(summary))
+
+
 def first_key(path, suffix):
     from safetensors import safe_open
 
@@ -60,6 +74,7 @@ def test_a_tensor_of_the_wrong_shape_fails_the_stage_and_is_named(copy_of_run):
         shapes["saved"] = tensors[key].shape
 
     edit_safetensors(weights, shorten)
+    as_fetched(copy_of_run, weights)
     result = rerun(copy_of_run, "train_native")
     assert result.returncode != 0
     assert "TrainingError: train_native (fetched weights)" in output(result)
@@ -71,6 +86,7 @@ def test_a_missing_tensor_fails_the_stage_and_is_named(copy_of_run):
     weights = copy_of_run / CHECKPOINT / "model.safetensors"
     key = first_key(weights, "self_attn.k_norm.weight")
     edit_safetensors(weights, lambda t: t.pop(key))
+    as_fetched(copy_of_run, weights)
     result = rerun(copy_of_run, "train_hf")
     assert result.returncode != 0
     assert key in output(result), output(result)[-3000:]
@@ -82,6 +98,7 @@ def test_a_native_model_with_another_rope_theta_fails_before_training(copy_of_ru
     config["rope_parameters"]["rope_theta"] = 5_000_000
     config.pop("rope_theta", None)
     config_path.write_text(json.dumps(config))
+    as_fetched(copy_of_run, config_path)
     # torchtitan's registered debug flavor keeps its own theta (1e6), as the 4B flavor does for Qwen3-4B-2507.
     overlay = copy_of_run / "config" / "test.yaml"
     overlay.write_text(overlay.read_text() + "training:\n  native_flavor: debugmodel\n")
