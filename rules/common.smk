@@ -9,12 +9,15 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
 from qwen3_pilot.config import CACHE_ROOT, check_config, config_digest, stage_kernel_rules
 from qwen3_pilot.pins import installed_version, read_pins
+from qwen3_pilot.summary import now_iso
 
 
 validate(config, schema="../config/schema/config.schema.yaml")
 check_config(config)
 
 BACKEND = config["backend"]
+# When this invocation began: the failed-run report tells this run's results from earlier runs' by it.
+RUN_STARTED = now_iso()
 PINS_FILE = f"envs/{BACKEND}.txt"
 PINS = read_pins(Path(workflow.basedir) / PINS_FILE)
 # Used with --use-conda only; the same pins, so both setups run the same software.
@@ -92,3 +95,21 @@ def get_kernel_rules(stage):
     reruns only the stages that use it)."""
     rules = stage_kernel_rules(config, stage)
     return {"rules": rules, "loss_tolerance": config["kernels"]["loss_tolerance"]} if rules else {"rules": []}
+
+
+def write_failed_report():
+    """After a failed run (onerror): results/report.{html,json} from what is on disk, with the failed
+    stages, what they measured and the stages they blocked; the run still exits non-zero."""
+    from qwen3_pilot.report import build_failed_report
+
+    try:
+        failed_report = build_failed_report(
+            config=config, config_digest=config_digest(config), workflow_dir=Path(workflow.basedir),
+            results=Path("results"), run_started=RUN_STARTED,
+        )
+    except Exception as error:  # the run has failed already; say why there is no report, do not mask it
+        print(f"no report of the failed run: {type(error).__name__}: {error}", file=sys.stderr)
+        return
+    failed = [s["stage"] for s in failed_report["stages"] if s["status"] == "fail"]
+    print(f"the failed run's report (failed: {', '.join(failed) or 'no stage record'}): results/report.html",
+          file=sys.stderr)

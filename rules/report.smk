@@ -27,3 +27,9 @@ rule report:
         backend=BACKEND,
     script:
         "../workflow/scripts/report.py"
+
+
+# After any failed run the reviewer still gets a report: the failed stages with their reasons and figures,
+# the stages they blocked, an overall fail. Snakemake still exits non-zero.
+onerror:
+    write_failed_report()

@@ -94,3 +94,69 @@ def test_stages_with_steps_get_a_loss_plot(tmp_path):
     assert '<img alt="per-step loss of the training stages" src="data:image/png;base64,iVBOR' in html
     build(tmp_path, {})
     assert "data:image/png" not in (tmp_path / "report.html").read_text()
+
+
+# ---- after a failed run: the report from what is on disk ----
+
+
+def test_a_failed_stage_shows_its_figures_and_blocks_what_depends_on_it(tmp_path, monkeypatch):
+    from qwen3_pilot.report import build_failed_report
+    from qwen3_pilot.summary import record_measured, write_failure
+
+    monkeypatch.chdir(tmp_path)
+    for stage in ("pin_env", "fetch_corpus", "fixture_checkpoint", "fetch_weights", "verify_ranks", "train_hf",
+                  "compare_recipes", "kernel_numerics"):
+        (tmp_path / "results" / stage).mkdir(parents=True)
+        write_summary(tmp_path / "results" / stage, stage).rename(tmp_path / "results" / stage / "summary.json")
+    record_measured(gate={"gap": 0.01, "min_gap": 1.0})
+    write_failure("train_native", RuntimeError("loaded-weights gate failed"), tmp_path / "x.log", tmp_path / "y.log")
+    report = build_failed_report(config=CONFIG, config_digest="d" * 64, workflow_dir=tmp_path,
+                                 results=tmp_path / "results", run_started="2000-01-01T00:00:00.000+00:00")
+    by_stage = {s["stage"]: s for s in report["stages"]}
+    assert report["status"] == "fail" and report["failed_run"]
+    native = by_stage["train_native"]
+    assert native["status"] == "fail" and native["figures"]["gate"] == {"gap": 0.01, "min_gap": 1.0}
+    assert "loaded-weights gate failed" in native["figures"]["reason"]
+    # compare_recipes' summary on disk is an earlier run's: it depends on the failed stage, so it is not shown.
+    for stage in ("compare_recipes", "export_reload"):
+        assert by_stage[stage]["status"] == "not_run"
+        assert by_stage[stage]["notes"] == ["blocked by train_native, which failed"]
+    assert by_stage["train_hf"]["status"] == "pass" and by_stage["kernel_numerics"]["status"] == "pass"
+    assert by_stage["moe_reduced"]["notes"] == ["not reached: the run stopped at a failure"]
+    assert by_stage["benchmark"]["notes"] == [NOT_BUILT]
+    html = (tmp_path / "results" / "report.html").read_text()
+    assert "This run failed." in html and "FAILED RUN" in html
+    # Dated 1970: Snakemake must take it as out of date, or the next run would keep it as the report.
+    assert (tmp_path / "results" / "report.html").stat().st_mtime == 0
+
+
+def test_a_later_summary_of_the_stage_removes_its_failure_record(tmp_path, monkeypatch):
+    from qwen3_pilot.summary import failure_path, write_failure
+
+    monkeypatch.chdir(tmp_path)
+    write_failure("train_native", RuntimeError("x"), tmp_path / "x.log", tmp_path / "y.log")
+    assert failure_path("train_native").exists()
+    StageSummary(stage="train_native", status="pass", backend="cpu").write(tmp_path / "summary.json")
+    assert not failure_path("train_native").exists()
+
+
+def test_the_dependency_map_is_snakemakes_rule_graph():
+    """report.UPSTREAM against `snakemake --rulegraph` (pin_package's stamps count as pin_env)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import PROJECT
+    from qwen3_pilot.report import UPSTREAM
+
+    snakemake = str(Path(sys.executable).with_name("snakemake"))
+    dot = subprocess.run([snakemake, "--rulegraph", "--forceall", "results/report.html", "--configfile",
+                          "config/offline.yaml"], cwd=PROJECT, capture_output=True, text=True, check=True).stdout
+    names = dict(re.findall(r'^\s*(\d+)\[label = "([\w_]+)"', dot, re.M))
+    graph: dict[str, set[str]] = {}
+    for source, target in re.findall(r"^\s*(\d+) -> (\d+)", dot, re.M):
+        upstream = "pin_env" if names[source] == "pin_package" else names[source]
+        graph.setdefault(names[target], set()).add(upstream)
+    for stage, upstream in UPSTREAM.items():
+        assert set(upstream) == graph.get(stage, set()) - {stage}, stage

@@ -265,3 +265,41 @@ def test_a_byte_changed_after_its_stage_recorded_it_fails_the_consumer_and_verif
             f"{sha256_file(corpus)}") in output(result), output(result)[-3000:]
     lines, ok = verify(copy_of_run / "results" / "report.json", copy_of_run / "signoffs" / "signoffs.jsonl")
     assert not ok and any("CHANGED results/fetch_corpus/c4_test/data.json" in line for line in lines)
+
+
+def test_a_failed_gate_leaves_a_failed_report_and_the_next_good_run_replaces_it(copy_of_run, tmp_path):
+    import torch
+
+    weights = copy_of_run / CHECKPOINT / "model.safetensors"
+    fetched_summary = copy_of_run / "results" / "fetch_weights" / "summary.json"
+    shutil.copy2(weights, tmp_path / "model.safetensors")
+    shutil.copy2(fetched_summary, tmp_path / "summary.json")
+    # Weights that do not carry the pretraining: small random values, like an uninformed model's.
+    generator = torch.Generator().manual_seed(0)
+    edit_safetensors(weights, lambda tensors: tensors.update(
+        {key: torch.randn(value.shape, generator=generator).to(value.dtype) * 0.02 for key, value in tensors.items()}))
+    as_fetched(copy_of_run, weights)
+
+    result = rerun(copy_of_run, "train_native")
+    assert result.returncode != 0
+    assert "loaded-weights gate failed" in output(result), output(result)[-3000:]
+    failed = json.loads((copy_of_run / "results" / "report.json").read_text())
+    assert failed["status"] == "fail" and failed["failed_run"]
+    stages = {s["stage"]: s for s in failed["stages"]}
+    native = stages["train_native"]
+    assert native["status"] == "fail" and "loaded-weights gate failed" in native["figures"]["reason"]
+    assert native["figures"]["gate"]["gap"] < native["figures"]["gate"]["min_gap"]
+    assert len(native["figures"]["steps"]) == 10
+    for stage in ("compare_recipes", "export_reload"):
+        assert stages[stage]["status"] == "not_run"
+        assert stages[stage]["notes"] == ["blocked by train_native, which failed"]
+    assert "This run failed." in (copy_of_run / "results" / "report.html").read_text()
+
+    shutil.copy2(tmp_path / "model.safetensors", weights)
+    shutil.copy2(tmp_path / "summary.json", fetched_summary)
+    result = run_snakemake(copy_of_run, "--cores", "2", "results/report.html")
+    assert result.returncode == 0, output(result)[-3000:]
+    good = json.loads((copy_of_run / "results" / "report.json").read_text())
+    assert not good["failed_run"] and good["status"] != "fail"
+    assert {s["stage"]: s["status"] for s in good["stages"]}["train_native"] == "pass"
+    assert not (copy_of_run / "results" / "failures" / "train_native.json").exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .parity import read_checkpoint_values
+from .summary import record_measured
 from .training import (
     CONFIG_FUNCTIONS,
     METRICS_FILE,
@@ -97,6 +98,7 @@ def moe_stage(
     )
     load, problems = router_load(run_dir / ROUTER_LOAD_FILE, training["global_batch_size"] * training["seq_len"],
                                  moe["top_k"])
+    record_measured(steps=steps, router_load=load)
     if problems:
         raise TrainingError(f"{STAGE}: router load:\n  - " + "\n  - ".join(problems))
     # The plain run records its router load elsewhere: it must not add to this run's.

@@ -681,7 +681,7 @@ def kernel_numerics_stage(
     from .artifacts import write_json
     from .backends import backend_module
     from .config import deep_update
-    from .summary import StageSummary
+    from .summary import StageSummary, record_measured
 
     backend = backend_config["backend"]
     lnc = backend_config["neuron"]["lnc"]
@@ -693,6 +693,8 @@ def kernel_numerics_stage(
     config = {**settings, "lnc": lnc, "compile": {**settings.get("compile", {}), "cache_dir": cache_dir}}
     result = kernel_numerics(config, log=log)
     write_json(Path(results_path), result)  # everything measured, kept for a failed run too
+    record_measured(problems=result["problems"], numerics=[
+        {"section": section, **row} for section in ("rope", "moe") for row in result[section]])
     if result["problems"]:
         raise NumericsError("kernel_numerics failed:\n  - " + "\n  - ".join(result["problems"]))
     largest = {section: _largest_per_dtype(result[section]) for section in ("rope", "moe")}

@@ -6,6 +6,7 @@ import base64
 import io
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,60 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("benchmark", "Warm-up and steady-state benchmarks"),
 )
 NOT_BUILT = "not built yet: this version of the workflow has no rule for this stage"
+
+# What each stage consumes from the others (rules/*.smk; pin_env stands for its per-package stamps). A test
+# checks it against Snakemake's own rule graph.
+UPSTREAM: dict[str, tuple[str, ...]] = {
+    "pin_env": (),
+    "fetch_corpus": (),
+    "fixture_checkpoint": ("fetch_corpus",),
+    "fetch_weights": ("pin_env", "fixture_checkpoint"),
+    "verify_ranks": ("pin_env",),
+    "train_hf": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
+    "train_native": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
+    "compare_recipes": ("train_hf", "train_native"),
+    "export_reload": ("pin_env", "fetch_weights", "train_hf", "train_native"),
+    "kernel_numerics": ("pin_env",),
+    "moe_reduced": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
+}
+FAILED_RUN_TITLE = "FAILED RUN: Qwen3 on AWS Trainium pilot audit trail (not a finished pilot)"
+
+
+def failed_ancestor(stage: str, failed: set[str]) -> str | None:
+    """The first stage, in the pilot's order, among `failed` that `stage` depends on, directly or not."""
+    seen, queue = set(), list(UPSTREAM.get(stage, ()))
+    while queue:
+        upstream = queue.pop()
+        if upstream not in seen:
+            seen.add(upstream)
+            queue.extend(UPSTREAM.get(upstream, ()))
+    return next((name for name, _ in STAGES if name in seen and name in failed), None)
+
+
+def failed_run_stages(results: Path, run_started: str, backend: str, skipped: dict[str, str]) -> list[dict[str, Any]]:
+    """Each stage after a failed run: fail (its failure record: the reason and what it measured), not_run
+    when a stage it depends on failed (whatever an earlier run left on disk), else its summary on disk,
+    marked when it comes from an earlier run."""
+    failures = {p.stem: p for p in (results / "failures").glob("*.json")}
+    failed = set(failures)
+    stages = []
+    for stage, title in STAGES:
+        blocker = failed_ancestor(stage, failed)
+        summary = results / stage / "summary.json"
+        if stage in failures:
+            entry = {"title": title, **json.loads(failures[stage].read_text()), "backend": backend}
+        elif blocker:
+            entry = not_run(stage, title, backend, f"blocked by {blocker}, which failed")
+        elif summary.exists():
+            entry = {"title": title, **json.loads(summary.read_text())}
+            if entry["ended"] < run_started:
+                entry["notes"] = [*entry["notes"], "from an earlier run: this run did not rerun it (not needed, "
+                                  "or not reached before the failure)"]
+        else:
+            reason = "not reached: the run stopped at a failure" if stage in UPSTREAM else NOT_BUILT
+            entry = not_run(stage, title, backend, skipped.get(stage, reason))
+        stages.append(entry)
+    return stages
 
 
 def git_provenance(folder: Path) -> dict[str, Any]:
@@ -72,6 +127,13 @@ def overall_status(stages: list[dict[str, Any]], optional: set[str]) -> str:
     return "incomplete" if "not_run" in statuses else "pass"
 
 
+def skipped_stages(config: dict[str, Any]) -> dict[str, str]:
+    """Stages that do not run with this config, with the reason."""
+    if config["weights"]["source"] != "fixture":
+        return {"fixture_checkpoint": "not used: weights.source is 'hub', the published weights are fetched"}
+    return {}
+
+
 def build_report(
     *,
     summaries: dict[str, Path],
@@ -81,17 +143,43 @@ def build_report(
     html_path: Path,
     json_path: Path,
 ) -> dict[str, Any]:
-    backend = config["backend"]
-    skipped = {}
-    if config["weights"]["source"] != "fixture":
-        skipped["fixture_checkpoint"] = "not used: weights.source is 'hub', the published weights are fetched"
-    stages = collect_stages(summaries, backend, skipped)
+    skipped = skipped_stages(config)
+    stages = collect_stages(summaries, config["backend"], skipped)
+    return write_report(stages, "Qwen3 on AWS Trainium: pilot audit trail", config=config, config_digest=config_digest,
+                        workflow_dir=workflow_dir, html_path=html_path, json_path=json_path, optional=set(skipped))
+
+
+def build_failed_report(
+    *, config: dict[str, Any], config_digest: str, workflow_dir: Path, results: Path, run_started: str,
+) -> dict[str, Any]:
+    """After a failed run (Snakemake's onerror): the same report from what is on disk, with the failed
+    stages, the stages they blocked, and an overall fail; it can never read as a finished pilot."""
+    skipped = skipped_stages(config)
+    stages = failed_run_stages(results, run_started, config["backend"], skipped)
+    paths = {"html_path": results / "report.html", "json_path": results / "report.json"}
+    report = write_report(stages, FAILED_RUN_TITLE, config=config, config_digest=config_digest,
+                          workflow_dir=workflow_dir, optional=set(skipped), failed_run=True, **paths)
+    # Snakemake takes an existing report as done when its inputs are missing (it does not rebuild missing
+    # intermediates of an existing target), so the next run would keep this report. Dated 1970, it is older
+    # than every input, and the next run rebuilds what is missing and the report.
+    for path in paths.values():
+        os.utime(path, (0, 0))
+    return report
+
+
+def write_report(
+    stages: list[dict[str, Any]], title: str, *, config: dict[str, Any], config_digest: str, workflow_dir: Path,
+    html_path: Path, json_path: Path, optional: set[str], failed_run: bool = False,
+) -> dict[str, Any]:
     started = min((s["started"] for s in stages if s["started"]), default="")
     pin_env = next((s for s in stages if s["stage"] == "pin_env" and s["status"] == "pass"), None)
+    status = overall_status(stages, optional)
     report = {
-        "title": "Qwen3 on AWS Trainium: pilot audit trail",
-        "status": overall_status(stages, optional=set(skipped)),
-        "backend": backend,
+        "title": title,
+        # A failed run is a fail even where the failure left no stage record (a parse or scheduling error).
+        "status": "fail" if failed_run else status,
+        "failed_run": failed_run,
+        "backend": config["backend"],
         "provenance": {
             **git_provenance(workflow_dir),
             "config_digest": config_digest,

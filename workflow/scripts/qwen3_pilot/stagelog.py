@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 from .artifacts import check_custody
 from .backends import keep_compiler_caches_in_project
 from .config import CACHE_ROOT
-from .summary import mark_stage_started
+from .summary import mark_stage_started, write_failure
 
 log = logging.getLogger("qwen3_pilot")
 
@@ -41,6 +41,8 @@ def stage_log(path: str | Path, consumes: Iterable[str | Path] = ()) -> Iterator
             traceback.print_exc(file=handle)
             handle.flush()
             kept = keep_failed_log(path)
+            # logs/<stage>/<job>.log: the stage is the log's folder (pin_package's jobs are pin_env's).
+            write_failure(path.parent.name, error, path, kept)
             console.write(f"{type(error).__name__}: {error}\n(full log: {path}; kept as {kept})\n")
             raise
 

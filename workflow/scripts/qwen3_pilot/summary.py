@@ -31,6 +31,40 @@ def stage_started() -> str:
     return _stage_started or now_iso()
 
 
+# Measure, then judge: a stage records what it measured before it checks it, so that a failed check still
+# leaves its figures (in the failure record stage_log writes) for the report.
+_measured: dict[str, Any] = {}
+
+
+def record_measured(**figures: Any) -> None:
+    _measured.update(figures)
+
+
+# Failure records live outside every rule's declared outputs, which Snakemake deletes when a job fails;
+# the stage's next successful summary removes its record.
+FAILURES_DIR = Path("results") / "failures"
+
+
+def failure_path(stage: str) -> Path:
+    return FAILURES_DIR / f"{stage}.json"
+
+
+def write_failure(stage: str, error: BaseException, log_path: Path, kept_log: Path) -> dict[str, Any]:
+    """The failed stage's summary: status fail, the reason, and whatever it measured before it failed."""
+    interrupted = isinstance(error, KeyboardInterrupt)
+    summary = StageSummary(
+        stage=stage,
+        status="fail",
+        backend="",
+        figures={"reason": f"{type(error).__name__}: {error}", **_measured},
+        notes=[("INTERRUPTED: " if interrupted else "FAILED: ") + f"{type(error).__name__}: {error}",
+               f"log: {log_path} (kept as {kept_log})"],
+        proves="Nothing: the stage failed; its figures are what it measured before the failure.",
+        does_not_prove="Anything the stage would have checked after the failure.",
+    )
+    return summary.write(failure_path(stage))
+
+
 @dataclass
 class StageSummary:
     stage: str
@@ -55,4 +89,6 @@ class StageSummary:
         self.ended = self.ended or now_iso()
         payload = asdict(self)
         write_json(path, payload)
+        if self.status != "fail":
+            failure_path(self.stage).unlink(missing_ok=True)  # this run replaces an earlier failure
         return payload

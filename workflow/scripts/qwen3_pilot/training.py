@@ -24,6 +24,7 @@ from .artifacts import write_json
 from .backends import Backend
 from .lifetime import die_with_parent
 from .parity import read_checkpoint_values
+from .summary import record_measured
 
 CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
 CONTROL_OVERRIDES = ("--checkpoint.no-enable", "--training.steps", "1")
@@ -408,6 +409,7 @@ def replaced_against_plain(
         expected_steps=len(steps),
     )
     agreement, problems = loss_agreement(steps, plain_steps, kernels["loss_tolerance"])
+    record_measured(kernel_replacements={**figures, "against_plain": agreement})
     if problems:
         raise TrainingError(f"{stage}: replaced against plain:\n  - " + "\n  - ".join(problems))
     return {**figures, "against_plain": agreement, "plain_launch_wall_s": round(plain_run.wall_s, 2)}
@@ -455,6 +457,7 @@ def train_stage(
     loaded, control = steps["fetched weights"], steps["random-init control"]
     gate_config = {**training["gate"], "control_above_ln_vocab": training["gate"]["control_above_ln_vocab"][recipe_key(stage)]}
     gate, problems = loaded_weights_gate(loaded[0]["loss"], control[0]["loss"], checkpoint["vocab_size"], gate_config)
+    record_measured(gate=gate, steps=loaded, control_steps=control)
     if problems:
         raise TrainingError(f"{stage}: loaded-weights gate failed:\n  - " + "\n  - ".join(problems))
     exported = export_files(run_dir, training["steps"])
