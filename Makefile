@@ -30,9 +30,11 @@ preflight: $(VENV)/.installed
 verify: $(VENV)/.installed
 	$(BIN)/python -m qwen3_pilot.audit verify
 
-# make signoff NAME="A Reviewer" DECISION=approve|reject NOTE="..." -> signoffs/signoffs.jsonl (kept by clean)
+# make signoff NAME="A Reviewer" DECISION=approve|reject NOTE="..." -> signoffs/signoffs.jsonl (kept by clean).
+# The values reach the command through the environment, never through the shell's parser.
+export NAME DECISION NOTE
 signoff: $(VENV)/.installed
-	$(BIN)/python -m qwen3_pilot.audit signoff --name "$(NAME)" --decision "$(DECISION)" --note "$(NOTE)"
+	$(BIN)/python -m qwen3_pilot.audit signoff --name "$$NAME" --decision "$$DECISION" --note "$$NOTE"
 
 lint: $(VENV)/.installed
 	$(BIN)/snakemake --lint

@@ -20,7 +20,8 @@ def workspace(tmp_path):
     artifact.write_bytes(b"\x00\x01\x02\x03")
     report = {
         "status": "pass",
-        "provenance": {"commit": "abc", "dirty": False},
+        "provenance": {"commit": "abc", "dirty": False, "started": "2026-12-03T10:00:00.000+00:00",
+                       "config_digest": "d" * 64},
         "stages": [{"stage": "fetch_weights", "artifacts": [
             {"path": "results/stage/weights.bin", "bytes": 4, "sha256": sha256_file(artifact)}]}],
     }
@@ -48,18 +49,41 @@ def test_one_changed_byte_is_named_with_both_digests(workspace, capsys):
     assert not ok and lines[1].endswith(", now missing")
 
 
-def test_a_signoff_is_bound_to_the_report_and_flagged_when_it_changes(workspace):
+def test_a_signoff_is_bound_to_the_report_and_an_edit_since_fails_verify(workspace):
     report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
     record = signoff(report, "A Reviewer", "approve", "pilot looks good", signoffs)
     assert record["report_sha256"] == sha256_file(report) and record["report_status"] == "pass"
     assert read_signoffs(signoffs) == [record]
-    assert verify(report, signoffs)[1]
+    # What was signed is kept beside the sign-offs: a later run rewrites results/report.*.
+    assert sha256_file(signoffs.parent / f"{record['report_sha256']}.json") == record["report_sha256"]
+    assert verify(report, signoffs) == ([verify(report, signoffs)[0][0], f"  signed: approve by A Reviewer on "
+                                         f"{record['date']}, this report"], True)
 
-    report.write_text(report.read_text().replace('"pass"', '"fail"'))
+    report.write_text(report.read_text().replace('"pass"', '"fail"'))  # the same run's report, edited
     lines, ok = verify(report, signoffs)
     assert not ok
-    assert lines[1] == (f"  STALE SIGN-OFF approve by A Reviewer on {record['date']}: given to report.json sha256 "
-                        f"{record['report_sha256']}, which is now {sha256_file(report)}")
+    assert lines[1] == (f"  EDITED SINCE SIGN-OFF approve by A Reviewer on {record['date']}: given to report.json "
+                        f"sha256 {record['report_sha256']} (html missing), which is now {sha256_file(report)} "
+                        "(html missing)")
+
+
+def test_a_signoff_of_a_report_a_newer_run_replaced_is_listed_not_failed(workspace):
+    report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
+    record = signoff(report, "A Reviewer", "approve", "", signoffs)
+    report.write_text(report.read_text().replace("2026-12-03T10:00:00", "2026-12-04T10:00:00"))  # a rerun
+    lines, ok = verify(report, signoffs)
+    assert ok and lines[1].startswith(f"  superseded: approve by A Reviewer on {record['date']}")
+
+
+def test_a_failed_run_or_a_changed_artifact_can_only_be_rejected(workspace):
+    report, signoffs = workspace / "results" / "report.json", workspace / "s.jsonl"
+    (workspace / "results" / "stage" / "weights.bin").write_bytes(b"changed")
+    with pytest.raises(SignoffError, match=r"1 artifact\(s\) changed since their stage recorded them"):
+        signoff(report, "A Reviewer", "approve", "", signoffs)
+    report.write_text(report.read_text().replace('"pass"', '"fail"'))
+    with pytest.raises(SignoffError, match="status fail \\(a failed run\\): only DECISION=reject"):
+        signoff(report, "A Reviewer", "approve", "", signoffs)
+    assert signoff(report, "A Reviewer", "reject", "the gate failed", signoffs)["decision"] == "reject"
 
 
 @pytest.mark.parametrize("name, decision, message", [
@@ -81,12 +105,12 @@ def test_signoffs_survive_make_clean():
 
 def test_a_signoff_given_by_one_path_is_checked_by_another(workspace, monkeypatch):
     monkeypatch.chdir(workspace)
-    signoffs = workspace / "s.jsonl"
-    signoff(Path("results/report.json"), "A Reviewer", "reject", "", signoffs)
+    record = signoff(Path("results/report.json"), "A Reviewer", "reject", "")  # signoffs/ of the workspace
     report = workspace / "results" / "report.json"
     report.write_text(report.read_text().replace('"abc"', '"def"'))
-    lines, ok = verify(report, signoffs)
-    assert not ok and "STALE SIGN-OFF reject by A Reviewer" in lines[1]
+    monkeypatch.chdir(workspace.parent)
+    lines, ok = verify(report)
+    assert not ok and lines[1].startswith(f"  EDITED SINCE SIGN-OFF reject by A Reviewer on {record['date']}")
 
 
 # ---- chain of custody: a stage checks what it consumes against what its producer recorded ----

@@ -160,3 +160,17 @@ def test_the_dependency_map_is_snakemakes_rule_graph():
         graph.setdefault(names[target], set()).add(upstream)
     for stage, upstream in UPSTREAM.items():
         assert set(upstream) == graph.get(stage, set()) - {stage}, stage
+
+
+def test_a_failure_record_of_an_earlier_run_is_not_this_runs_failure(tmp_path, monkeypatch):
+    from qwen3_pilot.report import build_failed_report
+    from qwen3_pilot.summary import write_failure
+
+    monkeypatch.chdir(tmp_path)
+    write_failure("train_native", RuntimeError("an old failure"), tmp_path / "x.log", tmp_path / "y.log")
+    report = build_failed_report(config=CONFIG, config_digest="d" * 64, workflow_dir=tmp_path,
+                                 results=tmp_path / "results", run_started="2999-01-01T00:00:00.000+00:00")
+    by_stage = {s["stage"]: s for s in report["stages"]}
+    assert by_stage["train_native"]["status"] == "not_run"
+    assert "failed in an earlier run" in by_stage["train_native"]["notes"][0]
+    assert by_stage["compare_recipes"]["notes"] == ["not reached: the run stopped at a failure"]

@@ -105,19 +105,21 @@ def custody_problems(consumed: Iterable[str | Path]) -> list[str]:
     """Chain of custody: each consumed file that a producing stage recorded must still have the sha256 it
     recorded. Producers are the stage summaries among `consumed` (a job's inputs); a summary's artifacts are
     checked where they are consumed files or lie in consumed folders. Paths are the workflow folder's."""
-    consumed = [Path(os.path.normpath(p)) for p in consumed]
+    # Resolved, so that a producer that recorded absolute paths is held to its record as well.
+    consumed = [Path(p).resolve() for p in consumed]
     summaries = [p for p in consumed if p.name == "summary.json"]
     files = [p for p in consumed if p.name != "summary.json"]
     problems = []
     for summary_path in summaries:
         summary = json.loads(summary_path.read_text())
         for artifact in summary.get("artifacts", []):
-            path = Path(os.path.normpath(artifact["path"]))
+            path = Path(artifact["path"]).resolve()
             if not any(path == f or f in path.parents for f in files):
                 continue
             now = sha256_file(path) if path.is_file() else "missing"
             if now != artifact["sha256"]:
-                problems.append(f"{path}: {summary['stage']} recorded sha256 {artifact['sha256']}, the file now has {now}")
+                problems.append(f"{artifact['path']}: {summary['stage']} recorded sha256 {artifact['sha256']}, "
+                                f"the file now has {now}")
     return problems
 
 

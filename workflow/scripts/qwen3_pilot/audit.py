@@ -6,7 +6,8 @@ and a reviewer's decision recorded with the sha256 of the report.json it was mad
 
 Sign-offs live in signoffs/signoffs.jsonl, outside results/, so that `make clean` and reruns leave them;
 the report never fills them in itself (a report that held its own sign-off would change the digest the
-sign-off is bound to). `verify` flags a sign-off whose report.json has changed since it was given.
+sign-off is bound to). `verify` fails on a signed report that was edited since (same run, other digests), and
+lists a sign-off whose report a newer run replaced (the signed report is kept beside the sign-offs).
 Torch-free.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,26 +48,46 @@ def artifact_changes(report: dict[str, Any], root: Path) -> list[dict[str, str]]
     return changes
 
 
-def read_signoffs(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def report_key(report_path: Path) -> str:
     """The report's path inside its workflow folder ("results/report.json"), however it was named."""
     resolved = report_path.resolve()
     return resolved.relative_to(resolved.parent.parent).as_posix()
 
 
-def stale_signoffs(signoffs: list[dict[str, Any]], report_path: Path) -> list[dict[str, Any]]:
-    """Sign-offs given to this report whose report.json has changed since."""
-    current = sha256_file(report_path) if report_path.is_file() else MISSING
-    return [s for s in signoffs if s["report"] == report_key(report_path) and s["report_sha256"] != current]
+def read_signoffs(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_path: Path = SIGNOFFS) -> dict[str, Any]:
-    """Appends one sign-off bound to the report's digest (and what the report said) and returns it."""
+def default_signoffs(report_path: Path) -> Path:
+    """signoffs/signoffs.jsonl of the workflow folder the report belongs to (results/report.json's)."""
+    return report_path.resolve().parent.parent / SIGNOFFS
+
+
+def _html_digest(report_path: Path) -> str:
+    html = report_path.with_suffix(".html")
+    return sha256_file(html) if html.is_file() else MISSING
+
+
+def signoff_state(record: dict[str, Any], report_path: Path) -> str | None:
+    """None while the signed report is the one on disk; "edited" when the report the sign-off was given to
+    (same run: same start and config digest) changed since; "superseded" when a newer run replaced it."""
+    if not report_path.is_file():
+        return "superseded"
+    if (sha256_file(report_path), _html_digest(report_path)) == (record["report_sha256"], record["report_html_sha256"]):
+        return None
+    provenance = json.loads(report_path.read_text()).get("provenance", {})
+    same_run = (provenance.get("started"), provenance.get("config_digest")) == (
+        record["report_started"], record["config_digest"])
+    return "edited" if same_run else "superseded"
+
+
+def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_path: Path | None = None) -> dict[str, Any]:
+    """Appends one sign-off bound to the digests of report.json and report.html (and what the report said),
+    keeps a copy of both beside the sign-offs, and returns the record. An approval needs a report of a run
+    that did not fail, whose artifacts are all as recorded."""
+    signoffs_path = signoffs_path or default_signoffs(report_path)
     if not name.strip():
         raise SignoffError("NAME is empty: a sign-off names the reviewer")
     if decision not in DECISIONS:
@@ -73,6 +95,13 @@ def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_pat
     if not report_path.is_file():
         raise SignoffError(f"{report_path}: no report to sign off (run the pilot first)")
     report = json.loads(report_path.read_text())
+    if decision == "approve":
+        if report.get("failed_run") or report["status"] == "fail":
+            raise SignoffError(f"{report_path}: status {report['status']} (a failed run): only DECISION=reject")
+        changed = artifact_changes(report, report_path.resolve().parent.parent)
+        if changed:
+            raise SignoffError(f"{report_path}: {len(changed)} artifact(s) changed since their stage recorded "
+                               "them (make verify lists them): only DECISION=reject")
     record = {
         "name": name.strip(),
         "date": now_iso(),
@@ -80,37 +109,59 @@ def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_pat
         "note": note,
         "report": report_key(report_path),
         "report_sha256": sha256_file(report_path),
+        "report_html_sha256": _html_digest(report_path),
         "report_status": report["status"],
+        "report_started": report["provenance"].get("started"),
+        "config_digest": report["provenance"].get("config_digest"),
         "commit": report["provenance"].get("commit"),
         "dirty": report["provenance"].get("dirty"),
     }
+    # A copy of what was signed: a later run (or a failed one) rewrites results/report.*, and a comparison
+    # with the last signed-off run needs the signed report itself.
     signoffs_path.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in (".json", ".html"):
+        source = report_path.with_suffix(suffix)
+        if source.is_file():
+            shutil.copy2(source, signoffs_path.parent / f"{record['report_sha256']}{suffix}")
     with open(signoffs_path, "a") as handle:  # append-only: earlier sign-offs are never rewritten
         handle.write(json.dumps(record, sort_keys=True) + "\n")
     return record
 
 
-def verify(report_path: Path, signoffs_path: Path = SIGNOFFS) -> tuple[list[str], bool]:
-    """What changed since the report recorded it, in lines to print, and whether everything still holds."""
+def verify(report_path: Path, signoffs_path: Path | None = None) -> tuple[list[str], bool]:
+    """What changed since the report recorded it, in lines to print, and whether everything still holds:
+    a changed artifact or an edited signed report fails; a sign-off of a report that a newer run replaced
+    is listed, not failed."""
+    signoffs_path = signoffs_path or default_signoffs(report_path)
     if not report_path.is_file():
         return [f"{report_path}: no report to verify"], False
     report = json.loads(report_path.read_text())
-    root = report_path.resolve().parent.parent
-    changes = artifact_changes(report, root)
-    stale = stale_signoffs(read_signoffs(signoffs_path), report_path)
+    changes = artifact_changes(report, report_path.resolve().parent.parent)
+    states = [(record, signoff_state(record, report_path)) for record in read_signoffs(signoffs_path)
+              if record["report"] == report_key(report_path)]
     listed = sum(len(stage.get("artifacts", [])) for stage in report["stages"])
     lines = [f"{report_path}: {listed} artifacts listed, {len(changes)} changed or missing; report status "
              f"{report['status']}"]
     lines += [f"  CHANGED {c['path']} ({c['stage']}): recorded sha256 {c['recorded']}, now {c['now']}" for c in changes]
-    lines += [f"  STALE SIGN-OFF {s['decision']} by {s['name']} on {s['date']}: given to report.json sha256 "
-              f"{s['report_sha256']}, which is now {sha256_file(report_path)}" for s in stale]
-    return lines, not changes and not stale
+    for record, state in states:
+        what = f"{record['decision']} by {record['name']} on {record['date']}"
+        if state == "edited":
+            lines.append(f"  EDITED SINCE SIGN-OFF {what}: given to report.json sha256 {record['report_sha256']} "
+                         f"(html {record['report_html_sha256']}), which is now {sha256_file(report_path)} "
+                         f"(html {_html_digest(report_path)})")
+        elif state == "superseded":
+            lines.append(f"  superseded: {what} was given to an earlier run's report (kept as "
+                         f"{signoffs_path.parent / record['report_sha256']}.json)")
+        else:
+            lines.append(f"  signed: {what}, this report")
+    edited = any(state == "edited" for _, state in states)
+    return lines, not changes and not edited
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="verify the report's artifacts, or sign the report off")
     parser.add_argument("--report", type=Path, default=DEFAULT_REPORT)
-    parser.add_argument("--signoffs", type=Path, default=SIGNOFFS)
+    parser.add_argument("--signoffs", type=Path, default=None, help="default: signoffs/ of the report's workflow")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("verify")
     sign = commands.add_parser("signoff")
@@ -128,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"signoff: {error}", file=sys.stderr)
         return 2
     print(f"signed off: {record['decision']} by {record['name']} on {record['date']}, report.json sha256 "
-          f"{record['report_sha256']} (report status {record['report_status']}) -> {args.signoffs}")
+          f"{record['report_sha256']} (report status {record['report_status']}) -> "
+          f"{args.signoffs or default_signoffs(args.report)}")
     return 0
 
 

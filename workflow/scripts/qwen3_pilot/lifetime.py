@@ -17,18 +17,18 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Looked up once, at import: as a Popen preexec_fn, die_with_parent runs between fork and exec, where
+# loading a library in a process that may have other threads is not safe.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def die_with_parent() -> bool:
     """Ask the kernel to SIGKILL this process when its parent ends; False where that is not available
-    (not Linux). A parent that already ended before the request took effect ends this process now.
-    Safe as a Popen preexec_fn (no allocation-heavy work, no threads)."""
-    if not sys.platform.startswith("linux"):
-        return False
+    (not Linux). A parent that already ended before the request took effect (this process was handed to
+    init or a subreaper) ends this process now."""
     parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+    if _PRCTL is None or _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
         return False
-    if os.getppid() != parent:
+    if os.getppid() != parent or parent == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     return True

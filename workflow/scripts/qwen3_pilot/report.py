@@ -7,6 +7,7 @@ import io
 
 import json
 import os
+from datetime import datetime
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -61,19 +62,23 @@ def failed_ancestor(stage: str, failed: set[str]) -> str | None:
 
 
 def failed_run_stages(results: Path, run_started: str, backend: str, skipped: dict[str, str]) -> list[dict[str, Any]]:
-    """Each stage after a failed run: fail (its failure record: the reason and what it measured), not_run
-    when a stage it depends on failed (whatever an earlier run left on disk), else its summary on disk,
-    marked when it comes from an earlier run."""
-    failures = {p.stem: p for p in (results / "failures").glob("*.json")}
-    failed = set(failures)
+    """Each stage after a failed run: fail (its failure record from this run: the reason and what it
+    measured), not_run when a stage it depends on failed in this run (whatever an earlier run left on disk),
+    else its summary on disk, marked when it comes from an earlier run. A failure record from an earlier
+    run that this run did not reach is not shown as this run's failure."""
+    records = {p.stem: json.loads(p.read_text()) for p in (results / "failures").glob("*.json")}
+    failed = {stage for stage, record in records.items() if record["ended"] >= run_started and stage not in skipped}
     stages = []
     for stage, title in STAGES:
         blocker = failed_ancestor(stage, failed)
         summary = results / stage / "summary.json"
-        if stage in failures:
-            entry = {"title": title, **json.loads(failures[stage].read_text()), "backend": backend}
+        if stage in failed:
+            entry = {"title": title, **records[stage], "backend": backend}
         elif blocker:
             entry = not_run(stage, title, backend, f"blocked by {blocker}, which failed")
+        elif stage in records and not summary.exists():
+            entry = not_run(stage, title, backend, f"failed in an earlier run ({records[stage]['ended']}: "
+                            f"{records[stage]['figures'].get('reason', '')}); this run did not reach it")
         elif summary.exists():
             entry = {"title": title, **json.loads(summary.read_text())}
             if entry["ended"] < run_started:
@@ -161,7 +166,9 @@ def build_failed_report(
                           workflow_dir=workflow_dir, optional=set(skipped), failed_run=True, **paths)
     # Snakemake takes an existing report as done when its inputs are missing (it does not rebuild missing
     # intermediates of an existing target), so the next run would keep this report. Dated 1970, it is older
-    # than every input, and the next run rebuilds what is missing and the report.
+    # than the report's script and inputs: Snakemake's default rerun triggers (code, mtime) take it as out of
+    # date, and the next run rebuilds what is missing and the report (an e2e test shows it). A run limited
+    # to --rerun-triggers mtime may not: it compares checksums of inputs it has records for.
     for path in paths.values():
         os.utime(path, (0, 0))
     return report
@@ -171,6 +178,10 @@ def write_report(
     stages: list[dict[str, Any]], title: str, *, config: dict[str, Any], config_digest: str, workflow_dir: Path,
     html_path: Path, json_path: Path, optional: set[str], failed_run: bool = False,
 ) -> dict[str, Any]:
+    for stage in stages:
+        if stage["started"] and stage["ended"]:
+            stage["duration_s"] = round((datetime.fromisoformat(stage["ended"])
+                                         - datetime.fromisoformat(stage["started"])).total_seconds(), 3)
     started = min((s["started"] for s in stages if s["started"]), default="")
     pin_env = next((s for s in stages if s["stage"] == "pin_env" and s["status"] == "pass"), None)
     status = overall_status(stages, optional)

@@ -24,6 +24,7 @@ _stage_started: str | None = None
 def mark_stage_started() -> str:
     global _stage_started
     _stage_started = now_iso()
+    _measured.clear()
     return _stage_started
 
 
