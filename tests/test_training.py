@@ -108,11 +108,12 @@ def test_launch_failure_names_the_signal_and_prefers_parity_problems(tmp_path):
     log.write_text("earlier run: ValueError: old\n")
     offset = log.stat().st_size
     log.write_text(log.read_text() + "RuntimeError: this run\n")
-    killed = Launch(command=[], env={}, returncode=-9, wall_s=1.0)
-    error = launch_failure("train_native", killed, log, offset, tmp_path / "parity.json")
+    span = {"log_path": log, "log_start": offset, "log_end": log.stat().st_size}
+    killed = Launch(command=[], env={}, returncode=-9, wall_s=1.0, **span)
+    error = launch_failure("train_native", killed, tmp_path / "parity.json")
     assert "killed by signal 9" in str(error) and "RuntimeError: this run" in str(error) and "old" not in str(error)
     (tmp_path / "parity.json").write_text(json.dumps({"problems": ["rope_theta: built 1.0, checkpoint config.json 5.0"]}))
-    error = launch_failure("train_native", Launch([], {}, 1, 1.0), log, offset, tmp_path / "parity.json")
+    error = launch_failure("train_native", Launch([], {}, 1, 1.0, **span), tmp_path / "parity.json")
     assert "exited with code 1" in str(error) and "rope_theta: built 1.0" in str(error)
 
 

@@ -224,7 +224,7 @@ def rank_failure_reason(rank_logs: Path) -> str:
     return NO_EXCEPTION
 
 
-def launch_failure(what: str, launch_result: Launch, log_path: Path, log_offset: int, parity_path: Path) -> TrainingError:
+def launch_failure(what: str, launch_result: Launch, parity_path: Path) -> TrainingError:
     if launch_result.returncode < 0:
         cause = f"torchrun was killed by signal {-launch_result.returncode}"
     else:
@@ -233,12 +233,10 @@ def launch_failure(what: str, launch_result: Launch, log_path: Path, log_offset:
         problems = json.loads(parity_path.read_text())["problems"]
         reason = "the model differs from the checkpoint's config.json:\n  - " + "\n  - ".join(problems)
     else:
-        with open(log_path, errors="replace") as log:
-            log.seek(log_offset)
-            reason = failure_reason(log.read())
+        reason = failure_reason(launch_result.output())
         if reason == NO_EXCEPTION and launch_result.rank_log_dir is not None:
             reason = rank_failure_reason(launch_result.rank_log_dir)
-    return TrainingError(f"{what}: {cause}: {reason} (full output: {log_path})")
+    return TrainingError(f"{what}: {cause}: {reason} (full output: {launch_result.log_path})")
 
 
 def read_steps(metrics_path: Path) -> list[dict[str, Any]]:
@@ -324,13 +322,12 @@ def launch_and_read(
     parity_path: Path, expected_steps: int, overrides: tuple[str, ...] = (),
 ) -> tuple[Launch, list[dict[str, Any]]]:
     """One launch on every rank, failed with its reason, and its per-step metrics checked."""
-    log_offset = log_path.stat().st_size if log_path.exists() else 0
     run = launch(
         backend, nproc=backend.expected_ranks, config_function=config_function, recipe_path=recipe_path,
         run_dir=run_dir, log_path=log_path, overrides=overrides,
     )
     if run.returncode != 0:
-        raise launch_failure(what, run, log_path, log_offset, parity_path)
+        raise launch_failure(what, run, parity_path)
     steps = read_steps(run_dir / METRICS_FILE)
     check_steps(steps, expected_steps, run_dir / METRICS_FILE)
     return run, steps
