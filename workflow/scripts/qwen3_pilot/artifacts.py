@@ -97,6 +97,14 @@ def staging_dir(final: Path) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+MISSING = "missing"
+
+
+def current_sha256(path: Path) -> str:
+    """The file's sha256 as it is now, or MISSING: what a recorded digest is compared with."""
+    return sha256_file(path) if Path(path).is_file() else MISSING
+
+
 class CustodyError(RuntimeError):
     pass
 
@@ -116,7 +124,7 @@ def custody_problems(consumed: Iterable[str | Path]) -> list[str]:
             path = Path(artifact["path"]).resolve()
             if not any(path == f or f in path.parents for f in files):
                 continue
-            now = sha256_file(path) if path.is_file() else "missing"
+            now = current_sha256(path)
             if now != artifact["sha256"]:
                 problems.append(f"{artifact['path']}: {summary['stage']} recorded sha256 {artifact['sha256']}, "
                                 f"the file now has {now}")

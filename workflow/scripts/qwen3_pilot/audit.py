@@ -20,13 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .artifacts import sha256_file
+from .artifacts import current_sha256, sha256_file
 from .summary import now_iso
 
 DEFAULT_REPORT = Path("results") / "report.json"
 SIGNOFFS = Path("signoffs") / "signoffs.jsonl"
 DECISIONS = ("approve", "reject")
-MISSING = "missing"
 
 
 class SignoffError(ValueError):
@@ -41,7 +40,7 @@ def artifact_changes(report: dict[str, Any], root: Path) -> list[dict[str, str]]
         for artifact in stage.get("artifacts", []):
             path = Path(artifact["path"])
             path = path if path.is_absolute() else root / path
-            now = sha256_file(path) if path.is_file() else MISSING
+            now = current_sha256(path)
             if now != artifact["sha256"]:
                 changes.append({"stage": stage["stage"], "path": artifact["path"], "recorded": artifact["sha256"],
                                 "now": now})
@@ -66,8 +65,7 @@ def default_signoffs(report_path: Path) -> Path:
 
 
 def _html_digest(report_path: Path) -> str:
-    html = report_path.with_suffix(".html")
-    return sha256_file(html) if html.is_file() else MISSING
+    return current_sha256(report_path.with_suffix(".html"))
 
 
 def signoff_state(record: dict[str, Any], report_path: Path) -> str | None:
