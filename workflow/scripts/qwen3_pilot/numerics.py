@@ -657,8 +657,6 @@ class NumericsError(RuntimeError):
     pass
 
 
-
-
 # What differs on a backend's device. neuron: float32 must be exact (the seed's 0.0: the kernel computes
 # float32 in float32); bfloat16 gets the bound of a kernel that rounds at each step (bf16_stepwise_rope_bound);
 # torch.compile with the neuron backend is the benchmark stage's to measure, not checked here.
