@@ -97,6 +97,21 @@ def get_kernel_rules(stage):
     return {"rules": rules, "loss_tolerance": config["kernels"]["loss_tolerance"]} if rules else {"rules": []}
 
 
+def record_invocation_plan():
+    """When the run starts (onstart): Snakemake's planned jobs and its reason for each, for the report's
+    "ran in this invocation, and why" (qwen3_pilot.changes)."""
+    from qwen3_pilot.changes import record_plan, snakemake_plan
+
+    record_plan(snakemake_plan(workflow.dag), started=RUN_STARTED)
+
+
+def forget_invocation_plan():
+    """When the run ends, either way: a later report never takes this plan for its own invocation's."""
+    from qwen3_pilot.changes import PLAN
+
+    PLAN.unlink(missing_ok=True)
+
+
 def write_failed_report():
     """After a failed run (onerror): results/report.{html,json} from what is on disk, with the failed
     stages, what they measured and the stages they blocked; the run still exits non-zero."""

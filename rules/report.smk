@@ -29,7 +29,17 @@ rule report:
         "../workflow/scripts/report.py"
 
 
+# The report tells which stages this invocation ran and why, from Snakemake's own plan.
+onstart:
+    record_invocation_plan()
+
+
+onsuccess:
+    forget_invocation_plan()
+
+
 # After any failed run the reviewer still gets a report: the failed stages with their reasons and figures,
 # the stages they blocked, an overall fail. Snakemake still exits non-zero.
 onerror:
     write_failed_report()
+    forget_invocation_plan()

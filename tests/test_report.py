@@ -9,7 +9,7 @@ import pytest
 from qwen3_pilot.report import NOT_BUILT, STAGES, build_report, overall_status
 from qwen3_pilot.summary import StageSummary
 
-CONFIG = {"backend": "cpu", "weights": {"source": "fixture"}}
+CONFIG = {"backend": "cpu", "weights": {"source": "fixture"}, "report": {"baseline": None}}
 
 
 def write_summary(folder, stage, status="pass", **fields):

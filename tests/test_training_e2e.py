@@ -303,3 +303,34 @@ def test_a_failed_gate_leaves_a_failed_report_and_the_next_good_run_replaces_it(
     assert not good["failed_run"] and good["status"] != "fail"
     assert {s["stage"]: s["status"] for s in good["stages"]}["train_native"] == "pass"
     assert not (copy_of_run / "results" / "failures" / "train_native.json").exists()
+
+
+def test_after_a_transformers_pin_change_the_report_lists_reruns_with_reasons_and_moved_figures(copy_of_run):
+    """The report against the last approved run after a transformers pin change. No second transformers is
+    installed here, so the pin is respelled to one that still admits the installed 5.16.0 (==5.16): Snakemake
+    sees the same params change that a bump makes, and reruns what a bump reruns."""
+    from qwen3_pilot.audit import signoff
+
+    signed = signoff(copy_of_run / "results" / "report.json", "Ada", "approve", "baseline")
+    pins = copy_of_run / "envs" / "cpu.txt"
+    pins.write_text(pins.read_text().replace("transformers==5.16.0", "transformers==5.16"))
+
+    result = run_snakemake(copy_of_run, "--cores", "2", "results/report.html")
+    assert result.returncode == 0, output(result)[-3000:]
+    changes = json.loads((copy_of_run / "results" / "report.json").read_text())["changes"]
+    runs = changes["invocation"]
+    assert runs["ran"] == ["pin_env", "train_hf", "compare_recipes", "export_reload"]
+    assert {"train_native", "kernel_numerics", "moe_reduced", "verify_ranks", "fetch_weights"} <= set(runs["reused"])
+    assert changes["headline"].startswith("pin_env, train_hf, compare_recipes, export_reload reran; ")
+    assert any(r.startswith("pin_package[transformers]: Params have changed since last execution")
+               for r in runs["stages"]["pin_env"]["reasons"])
+    assert "results/pin_env/packages/transformers.json" in runs["stages"]["train_hf"]["reasons"][0]
+    assert changes["baseline"]["sha256"] == signed["report_sha256"]
+    against = changes["against_baseline"]
+    assert {"what": "transformers (pinned)", "before": "==5.16.0", "now": "==5.16"} in against["environment"]
+    assert against["stages"]["train_hf"]["timing_figures_moved"]  # it ran again: its step times are new
+    native = against["stages"]["train_native"]
+    assert not native["figures_moved"] and not native["timing_figures_moved"] and not native["artifacts_changed"]
+    html = (copy_of_run / "results" / "report.html").read_text()
+    assert "Changes since the baseline" in html and "pin_package[transformers]: Params have changed" in html
+    assert not (copy_of_run / "results" / "invocation.json").exists()

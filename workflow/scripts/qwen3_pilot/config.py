@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 NKI_ROPE_TILE = 128  # the NKI RoPE kernel tiles the sequence in blocks of 128 x LNC
@@ -67,7 +68,23 @@ def config_problems(config: dict[str, Any]) -> list[str]:
         problems.append(
             "weights.source = 'fixture': the neuron backend trains the published weights; allowed: 'hub'"
         )
+    baseline = config["report"]["baseline"]
+    if baseline:
+        problems.extend(baseline_problems(Path(baseline)))
     return problems
+
+
+def baseline_problems(path: Path) -> list[str]:
+    """A configured baseline must be a report.json this workflow wrote (relative paths: the workflow's)."""
+    where = f"report.baseline = {str(path)!r}"
+    if not path.is_file():
+        return [f"{where}: no such file (expected a results/report.json of an earlier run)"]
+    try:
+        baseline = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        return [f"{where}: not readable as JSON ({error})"]
+    missing = [key for key in ("stages", "provenance", "environment") if not isinstance(baseline, dict) or key not in baseline]
+    return [f"{where}: not a pilot report.json (no {', '.join(missing)})"] if missing else []
 
 
 def check_config(config: dict[str, Any]) -> None:

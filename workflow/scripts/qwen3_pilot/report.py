@@ -201,9 +201,21 @@ def write_report(
         "config": config,
         "stages": stages,
     }
+    report["changes"] = report_changes(report, json_path, failed_run)
     write_json(json_path, report)
     write_text(html_path, render_html(report))
     return report
+
+
+def report_changes(report: dict[str, Any], json_path: Path, failed_run: bool) -> dict[str, Any]:
+    """What this invocation ran and why, and what moved since the baseline (changes.py)."""
+    from .audit import default_signoffs
+    from .changes import PLAN, changes_since_baseline, read_plan
+
+    return changes_since_baseline(
+        report, read_plan(json_path.parent / PLAN.name), report["config"]["report"]["baseline"],
+        json_path.resolve().parent.parent, default_signoffs(json_path), strict=not failed_run,
+    )
 
 
 def loss_curves_png(stages: list[dict[str, Any]]) -> str | None:

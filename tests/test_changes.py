@@ -1,0 +1,161 @@
+"""Changes since a baseline: which stages ran and why (from Snakemake's plan), which figures moved, the
+environment difference, and which baseline is used (config path, or the last approved sign-off's copy)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qwen3_pilot.audit import signoff
+from qwen3_pilot.changes import (
+    BaselineError, baseline_changes, changes_since_baseline, figure_changes, find_baseline, flatten, read_plan,
+    record_plan, stage_runs,
+)
+from qwen3_pilot.config import config_problems
+
+
+def stage(name, status="pass", figures=None, artifacts=()):
+    return {"stage": name, "status": status, "figures": figures or {},
+            "artifacts": [{"path": p, "sha256": d} for p, d in artifacts]}
+
+
+def environment(transformers="5.16.0"):
+    return {"packages": [{"package": "torch", "pinned": "==2.14.1", "installed": "2.14.1", "ok": True},
+                         {"package": "transformers", "pinned": f"=={transformers}", "installed": transformers,
+                          "ok": True}],
+            "environment": {"python": "3.11.7"}, "system": {}}
+
+
+def report(stages, transformers="5.16.0", commit="abc"):
+    return {"status": "pass", "stages": stages, "environment": environment(transformers),
+            "config": {"training": {"steps": 10}},
+            "provenance": {"commit": commit, "dirty": False, "config_digest": "d" * 64}}
+
+
+# A transformers bump as Snakemake plans it: the package's stamp, pin_env, and the stages that use it.
+PLAN_JOBS = [
+    ("pin_package", {"package": "transformers"}, "Params have changed since last execution: pinned"),
+    ("pin_env", {}, "Input files updated by another job: results/pin_env/packages/transformers.json"),
+    ("train_hf", {}, "Input files updated by another job: results/pin_env/packages/transformers.json"),
+    ("compare_recipes", {}, "Input files updated by another job: results/train_hf/summary.json"),
+    ("export_reload", {}, "Input files updated by another job: results/train_hf/summary.json"),
+    ("report", {}, "Input files updated by another job: results/train_hf/summary.json"),
+]
+STAGES = ["pin_env", "train_hf", "train_native", "compare_recipes", "export_reload"]
+
+
+def test_the_plan_tells_which_stages_ran_with_snakemakes_reasons(tmp_path):
+    plan = record_plan(PLAN_JOBS, "2026-12-03T10:00:00.000+00:00", tmp_path / "invocation.json")
+    assert read_plan(tmp_path / "invocation.json") == plan
+    runs = stage_runs(plan, [stage(name) for name in STAGES] + [stage("benchmark", "not_run")])
+    assert runs["ran"] == ["pin_env", "train_hf", "compare_recipes", "export_reload"]
+    assert runs["reused"] == ["train_native"]
+    assert runs["stages"]["pin_env"]["reasons"][0] == (
+        "pin_package[transformers]: Params have changed since last execution: pinned")
+    assert "benchmark" not in runs["stages"]  # a stage that did not run is neither ran nor reused
+
+
+def test_a_plan_that_does_not_plan_the_report_is_not_this_reports(tmp_path):
+    record_plan(PLAN_JOBS[:-1], "2026-12-03T10:00:00.000+00:00", tmp_path / "invocation.json")
+    assert read_plan(tmp_path / "invocation.json") is None
+    assert read_plan(tmp_path / "absent.json") is None
+    runs = stage_runs(None, [stage("train_hf")])
+    assert not runs["recorded"] and "not recorded" in runs["note"]
+
+
+def test_records_in_lists_are_named_by_their_keys_and_number_changes_are_measured():
+    before = {"steps": [{"step": 1, "loss": 5.0, "step_time_s": 1.0}, {"step": 2, "loss": 4.0, "step_time_s": 0.5}],
+              "shape": [2, 256], "note": "same"}
+    now = {"steps": [{"step": 1, "loss": 5.0, "step_time_s": 0.8}, {"step": 2, "loss": 4.5, "step_time_s": 0.5}],
+           "shape": [2, 512], "note": "same", "new": 1}
+    assert "steps[step=2].loss" in flatten(before) and flatten(before)["shape"] == [2, 256]
+    moved = {c["figure"]: c for c in figure_changes(before, now)}
+    assert set(moved) == {"steps[step=1].step_time_s", "steps[step=2].loss", "shape", "new"}
+    assert moved["steps[step=2].loss"]["change"] == pytest.approx(0.5)
+    assert moved["steps[step=2].loss"]["relative"] == pytest.approx(0.125)
+    assert not moved["steps[step=2].loss"]["volatile"] and moved["steps[step=1].step_time_s"]["volatile"]
+    assert moved["new"]["before"] == "(absent)"
+    assert "change" not in moved["shape"]
+    numerics = [{"section": "rope", "op": "fwd", "dtype": "float32", "max_abs_diff": 0.0},
+                {"section": "rope", "op": "fwd", "dtype": "bfloat16", "max_abs_diff": 0.0}]
+    assert set(flatten({"numerics": numerics})) == {"numerics[section=rope,op=fwd,dtype=float32].max_abs_diff",
+                                                    "numerics[section=rope,op=fwd,dtype=bfloat16].max_abs_diff"}
+
+
+def test_a_transformers_bump_shows_the_moved_figures_environment_and_artifacts():
+    baseline = report([stage("train_hf", figures={"final_loss": 4.98, "mean_step_time_s_after_step_1": 0.11},
+                             artifacts=[("results/train_hf/export/model.safetensors", "a" * 64)]),
+                       stage("train_native", figures={"final_loss": 4.98}, artifacts=[("x", "b" * 64)])])
+    now = report([stage("train_hf", figures={"final_loss": 4.90, "mean_step_time_s_after_step_1": 0.12},
+                        artifacts=[("results/train_hf/export/model.safetensors", "c" * 64)]),
+                  stage("train_native", figures={"final_loss": 4.98}, artifacts=[("x", "b" * 64)])],
+                 transformers="5.17.0", commit="def")
+    changes = baseline_changes(now, baseline)
+    hf, native = changes["stages"]["train_hf"], changes["stages"]["train_native"]
+    assert [c["figure"] for c in hf["figures_moved"]] == ["final_loss"]
+    assert [c["figure"] for c in hf["timing_figures_moved"]] == ["mean_step_time_s_after_step_1"]
+    assert hf["artifacts_changed"] == ["results/train_hf/export/model.safetensors"]
+    assert not native["figures_moved"] and not native["artifacts_changed"]
+    assert {(r["what"], r["before"], r["now"]) for r in changes["environment"]} == {
+        ("transformers (pinned)", "==5.16.0", "==5.17.0"), ("transformers (installed)", "5.16.0", "5.17.0")}
+    assert changes["provenance"] == [{"what": "commit", "before": "abc", "now": "def"}]
+    assert changes["config"] == []
+
+
+def test_the_headline_reads_what_reran_what_was_reused_and_what_moved(tmp_path):
+    baseline_path = tmp_path / "baseline.json"
+    baseline_path.write_text(json.dumps(report([stage(n, figures={"loss": 5.0}) for n in STAGES])))
+    now = report([stage(n, figures={"loss": 4.0 if n == "train_hf" else 5.0}) for n in STAGES])
+    plan = record_plan(PLAN_JOBS, "2026-12-03T10:00:00.000+00:00", tmp_path / "invocation.json")
+    changes = changes_since_baseline(now, plan, str(baseline_path), tmp_path, tmp_path / "signoffs.jsonl")
+    assert changes["headline"] == ("pin_env, train_hf, compare_recipes, export_reload reran; train_native reused; "
+                                   "figures moved in train_hf (1).")
+    assert changes["baseline"]["source"] == "config report.baseline"
+
+
+@pytest.fixture
+def signed(tmp_path):
+    """A workflow folder whose results/report.json was approved, then replaced by a newer run's."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "report.json").write_text(json.dumps(report([stage("train_hf")])))
+    (results / "report.html").write_text("<html></html>")
+    record = signoff(results / "report.json", "Ada", "approve", "first")
+    (results / "report.json").write_text(json.dumps(report([stage("train_hf", figures={"loss": 1.0})])))
+    return tmp_path, record
+
+
+def test_the_default_baseline_is_the_last_approved_signoffs_copy(signed):
+    folder, record = signed
+    baseline, where = find_baseline(None, folder, folder / "signoffs" / "signoffs.jsonl")
+    assert where["sha256"] == record["report_sha256"] and where["signed_off"]["name"] == "Ada"
+    assert baseline["stages"][0]["figures"] == {}
+    signoff(folder / "results" / "report.json", "Bob", "reject", "no")  # a rejection is not a baseline
+    assert find_baseline(None, folder, folder / "signoffs" / "signoffs.jsonl")[1]["sha256"] == record["report_sha256"]
+    assert find_baseline(None, folder, folder / "elsewhere" / "signoffs.jsonl") is None
+
+
+def test_an_edited_copy_of_the_signed_report_is_not_used_as_baseline(signed):
+    folder, record = signed
+    copy = folder / "signoffs" / f"{record['report_sha256']}.json"
+    copy.write_text(copy.read_text().replace('"pass"', '"fail"', 1))
+    with pytest.raises(BaselineError, match=f"{copy}: the signed-off report's copy has sha256 .* recorded "
+                                            f"{record['report_sha256']}"):
+        find_baseline(None, folder, folder / "signoffs" / "signoffs.jsonl")
+    tolerant = changes_since_baseline(report([stage("train_hf")]), None, None, folder,
+                                      folder / "signoffs" / "signoffs.jsonl", strict=False)
+    assert tolerant["against_baseline"] is None and "The baseline was not used" in tolerant["headline"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file"), ("{not json", "not readable as JSON"), ('{"stages": []}', "no provenance, environment"),
+])
+def test_a_configured_baseline_that_is_not_a_report_is_a_config_error(tmp_path, monkeypatch, content, message):
+    from test_config import validated
+
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / "old.json").write_text(content)
+    config = validated({"report": {"baseline": "old.json"}})
+    assert any(p.startswith("report.baseline = 'old.json'") and message in p for p in config_problems(config))

@@ -1,0 +1,244 @@
+"""What changed since a baseline: which stages this invocation ran and why (Snakemake's own plan and rerun
+reasons), which figures moved against a baseline report.json and by how much, and how the environment and
+config differ. Torch-free: the plan is recorded in the Snakemake process (onstart), the rest in the report.
+
+The baseline is config `report.baseline` (a report.json) or else the report of the last approving sign-off,
+read from the copy `make signoff` keeps beside the sign-offs and used only when its sha256 is the one the
+sign-off recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from .artifacts import current_sha256, write_json
+
+# Snakemake's plan for the invocation under way: written when it starts (onstart), read by the report,
+# removed when it ends, so that a report never takes an earlier invocation's plan for its own.
+PLAN = Path("results") / "invocation.json"
+
+# Rules that are part of a stage without being its summary: their jobs count as the stage's.
+RULE_STAGE = {"pin_package": "pin_env"}
+
+# Figures that measure time or speed (or derive from them) vary between two runs of the same software; they
+# are listed apart so that a moved loss or count is not lost among them.
+VOLATILE = re.compile(r"(_s|seconds|mfu_pct|tflops|flops_per_rank)(_|$)")
+
+# What names a record inside a list of records (a step, a numerics row, a parity field): the path of
+# `steps[3].loss` reads `steps[step=4].loss`, which stays the same when a list gains or loses rows.
+RECORD_KEYS = ("step", "layer", "package", "field", "section", "op", "dtype", "shape", "kernel", "module")
+
+
+def record_plan(jobs: Iterable[tuple[str, dict[str, str], str]], started: str, path: Path = PLAN) -> dict[str, Any]:
+    """Writes this invocation's planned jobs (rule, wildcards, Snakemake's reason) for the report."""
+    plan = {"started": started, "jobs": [{"rule": rule, "wildcards": dict(wildcards), "reason": reason}
+                                         for rule, wildcards, reason in jobs]}
+    write_json(path, plan)
+    return plan
+
+
+def snakemake_plan(dag) -> list[tuple[str, dict[str, str], str]]:
+    """The jobs Snakemake is about to run, with its reason for each: the one place that reads Snakemake's
+    DAG (Workflow.dag, DAG.needrun_jobs and DAG.reason, the objects its own dry run prints from)."""
+    return [(job.rule.name, dict(job.wildcards.items()), str(dag.reason(job))) for job in dag.needrun_jobs()]
+
+
+def read_plan(path: Path = PLAN) -> dict[str, Any] | None:
+    """This invocation's plan, or None when none was recorded (a run with --no-hooks) or the one on disk
+    does not plan the report (then it is not the plan of the invocation that builds this report)."""
+    if not path.is_file():
+        return None
+    plan = json.loads(path.read_text())
+    return plan if any(job["rule"] == "report" for job in plan["jobs"]) else None
+
+
+def stage_runs(plan: dict[str, Any] | None, stages: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per stage: ran in this invocation (with Snakemake's reasons) or reused from an earlier one."""
+    if plan is None:
+        return {"recorded": False, "stages": {}, "ran": [], "reused": [],
+                "note": "Snakemake's plan of this invocation was not recorded (run with --no-hooks?): which "
+                        "stages ran and why is unknown."}
+    reasons: dict[str, list[str]] = {}
+    for job in plan["jobs"]:
+        stage = RULE_STAGE.get(job["rule"], job["rule"])
+        label = job["rule"] + "".join(f"[{value}]" for value in job["wildcards"].values())
+        reasons.setdefault(stage, []).append(f"{label}: {job['reason']}")
+    runs = {}
+    for stage in stages:
+        name = stage["stage"]
+        if name in reasons:
+            runs[name] = {"ran": True, "reasons": reasons[name]}
+        elif stage["status"] != "not_run":
+            runs[name] = {"ran": False, "reasons": ["reused: Snakemake found its outputs up to date"]}
+    return {
+        "recorded": True,
+        "started": plan["started"],
+        "stages": runs,
+        "ran": [name for name, run in runs.items() if run["ran"]],
+        "reused": [name for name, run in runs.items() if not run["ran"]],
+    }
+
+
+def _label(record: dict[str, Any], index: int) -> str:
+    keys = [key for key in RECORD_KEYS if key in record]
+    if not keys:
+        return str(index)
+    return ",".join(f"{key}={json.dumps(record[key]) if isinstance(record[key], list) else record[key]}"
+                    for key in keys)
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Leaf figures by path. Records in a list are named by their identifying keys (RECORD_KEYS); a list of
+    plain values (a shape, tokens per expert) is one figure."""
+    if isinstance(value, dict):
+        leaves: dict[str, Any] = {}
+        for key, item in value.items():
+            leaves.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return leaves
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        leaves, seen = {}, set()
+        for index, item in enumerate(value):
+            label = _label(item, index)
+            label = label if label not in seen else f"{label},#{index}"
+            seen.add(label)
+            # The identifying keys are in the label; they are not figures of their own.
+            leaves.update(flatten({k: v for k, v in item.items() if k not in RECORD_KEYS}, f"{prefix}[{label}]"))
+        return leaves
+    return {prefix: value}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def figure_changes(before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every figure that differs: numbers with their change and relative change, other values as they were
+    and are; added and removed figures too. Largest relative change first."""
+    old, new = flatten(before), flatten(now)
+    changes = []
+    for path in sorted(old.keys() | new.keys()):
+        a, b = old.get(path, "(absent)"), new.get(path, "(absent)")
+        if a == b or (_is_number(a) and _is_number(b) and math.isnan(a) and math.isnan(b)):
+            continue
+        change: dict[str, Any] = {"figure": path, "before": a, "now": b,
+                                  "volatile": any(VOLATILE.search(part) for part in re.split(r"[.\[\]]", path))}
+        if _is_number(a) and _is_number(b):
+            change["change"] = b - a
+            change["relative"] = (b - a) / abs(a) if a else None
+        changes.append(change)
+    return sorted(changes, key=lambda c: -abs(c["relative"]) if c.get("relative") is not None else -math.inf)
+
+
+def environment_changes(before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
+    """Pinned and installed versions, Python and platform, and the backend's system versions that differ."""
+    def rows(environment: dict[str, Any]) -> dict[str, Any]:
+        facts = {f"{p['package']} (pinned)": p["pinned"] for p in environment.get("packages", [])}
+        facts |= {f"{p['package']} (installed)": p["installed"] for p in environment.get("packages", [])}
+        facts |= {key: value for key, value in environment.get("environment", {}).items()}
+        facts |= {f"system: {key}": value for key, value in flatten(environment.get("system", {})).items() if key}
+        return facts
+    old, new = rows(before), rows(now)
+    return [{"what": key, "before": old.get(key, "(absent)"), "now": new.get(key, "(absent)")}
+            for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+
+
+def baseline_changes(report: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """This report against the baseline report: per stage, its status before and now, the figures that
+    moved and the artifacts whose sha256 changed; the environment, config and provenance differences."""
+    before = {stage["stage"]: stage for stage in baseline["stages"]}
+    stages = {}
+    for stage in report["stages"]:
+        old = before.get(stage["stage"], {"status": "(absent)", "figures": {}, "artifacts": []})
+        moved = figure_changes(old["figures"], stage["figures"])
+        old_digests = {a["path"]: a["sha256"] for a in old.get("artifacts", [])}
+        changed = [a["path"] for a in stage.get("artifacts", []) if old_digests.get(a["path"]) != a["sha256"]]
+        stages[stage["stage"]] = {
+            "status_before": old["status"], "status_now": stage["status"],
+            "figures_moved": [c for c in moved if not c["volatile"]],
+            "timing_figures_moved": [c for c in moved if c["volatile"]],
+            "artifacts_changed": changed,
+        }
+    return {
+        "stages": stages,
+        "environment": environment_changes(baseline.get("environment", {}), report.get("environment", {})),
+        "config": [{"what": c["figure"], "before": c["before"], "now": c["now"]}
+                   for c in figure_changes(baseline.get("config", {}), report.get("config", {}))],
+        "provenance": [{"what": key, "before": baseline["provenance"].get(key), "now": report["provenance"].get(key)}
+                       for key in ("commit", "dirty", "config_digest")
+                       if baseline["provenance"].get(key) != report["provenance"].get(key)],
+    }
+
+
+class BaselineError(ValueError):
+    pass
+
+
+def find_baseline(configured: str | None, workflow_dir: Path, signoffs: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the baseline report, where it came from), or None when there is none: config `report.baseline`
+    when set, else the copy of the report that the last approving sign-off was given to. A copy whose
+    sha256 is not the one its sign-off recorded is not used: that is an error naming both digests."""
+    if configured:
+        path = Path(configured) if Path(configured).is_absolute() else workflow_dir / configured
+        if not path.is_file():
+            raise BaselineError(f"config report.baseline: {path} is not a file (expected a report.json)")
+        return json.loads(path.read_text()), {"source": "config report.baseline", "path": str(path),
+                                              "sha256": current_sha256(path)}
+    from .audit import read_signoffs
+
+    approvals = [record for record in read_signoffs(signoffs) if record["decision"] == "approve"]
+    if not approvals:
+        return None
+    record = approvals[-1]
+    copy = signoffs.parent / f"{record['report_sha256']}.json"
+    digest = current_sha256(copy)
+    if digest != record["report_sha256"]:
+        raise BaselineError(f"{copy}: the signed-off report's copy has sha256 {digest}, its sign-off in "
+                            f"{signoffs} recorded {record['report_sha256']}; not used as the baseline")
+    return json.loads(copy.read_text()), {
+        "source": f"last approving sign-off ({record['name']}, {record['date']})", "path": str(copy),
+        "sha256": digest, "signed_off": {key: record[key] for key in ("name", "date", "decision", "note")},
+    }
+
+
+def headline(runs: dict[str, Any], changes: dict[str, Any] | None) -> str:
+    """One sentence a reviewer reads first: what reran, what was reused, which figures moved."""
+    if not runs["recorded"]:
+        parts = [runs["note"]]
+    else:
+        stages = [name for name in runs["ran"] if name != "report"]
+        parts = [f"{', '.join(stages) or 'no stage'} reran", f"{', '.join(runs['reused']) or 'nothing'} reused"]
+    if changes is None:
+        parts.append("no baseline to compare figures with")
+    else:
+        moved = [f"{name} ({len(stage['figures_moved'])})" for name, stage in changes["stages"].items()
+                 if stage["figures_moved"]]
+        timing = [name for name, stage in changes["stages"].items() if stage["timing_figures_moved"]]
+        parts.append(f"figures moved in {', '.join(moved)}" if moved else "no figure moved apart from timings")
+        if timing:
+            parts.append(f"timings moved in {', '.join(timing)}")
+    return "; ".join(parts) + "."
+
+
+def changes_since_baseline(report: dict[str, Any], plan: dict[str, Any] | None, configured: str | None,
+                           workflow_dir: Path, signoffs: Path, *, strict: bool = True) -> dict[str, Any]:
+    """The report's `changes` section: this invocation's runs, and the comparison with the baseline. With
+    strict=False (the failed-run report) a baseline that cannot be used is said instead of raised."""
+    runs = stage_runs(plan, report["stages"])
+    try:
+        found = find_baseline(configured, workflow_dir, signoffs)
+    except BaselineError as error:
+        if strict:
+            raise
+        return {"headline": f"{headline(runs, None)} The baseline was not used: {error}", "invocation": runs,
+                "baseline": None, "against_baseline": None}
+    changes = baseline_changes(report, found[0]) if found else None
+    return {
+        "headline": headline(runs, changes),
+        "invocation": runs,
+        "baseline": found[1] if found else None,
+        "against_baseline": changes,
+    }
