@@ -12,7 +12,7 @@ from qwen3_pilot.pins import installed_version, read_pins
 from qwen3_pilot.summary import now_iso
 
 
-validate(config, schema="../config/schema/config.schema.yaml")
+validate(config, schema="../workflow/schemas/config.schema.yaml")
 check_config(config)
 
 BACKEND = config["backend"]

@@ -158,7 +158,7 @@ def test_the_largest_count_sent_through_a_collective_fits_int32_at_trn2_scale():
     merged = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
     for key, value in yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text()).items():
         merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
-    validate(merged, str(PROJECT / "config" / "schema" / "config.schema.yaml"))  # fills moe.top_k's default
+    validate(merged, str(PROJECT / "workflow" / "schemas" / "config.schema.yaml"))  # fills moe.top_k's default
     routed = merged["training"]["global_batch_size"] * merged["training"]["seq_len"] * merged["moe"]["top_k"]
     assert routed < 2**31
     # float32 would be exact too (below 2**24): the counts' source buffer in torchtitan is float32.

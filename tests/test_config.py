@@ -11,7 +11,7 @@ from snakemake.utils import validate
 
 from qwen3_pilot.config import ConfigError, check_config, config_problems, is_pinned_revision
 
-SCHEMA = PROJECT / "config" / "schema" / "config.schema.yaml"
+SCHEMA = PROJECT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def validated(overlay: dict) -> dict:

@@ -91,9 +91,32 @@ def test_stages_with_steps_get_a_loss_plot(tmp_path):
     steps = [{"step": 1, "loss": 5.6}, {"step": 2, "loss": 5.5}]
     build(tmp_path, {"train_native": write_summary(tmp_path, "train_native", figures={"steps": steps})})
     html = (tmp_path / "report.html").read_text()
-    assert '<img alt="per-step loss of the training stages" src="data:image/png;base64,iVBOR' in html
+    assert '<img alt="loss per step of the training stages, with their controls" src="data:image/png;base64,iVBOR' in html
     build(tmp_path, {})
     assert "data:image/png" not in (tmp_path / "report.html").read_text()
+
+
+def test_the_report_matches_its_versioned_schema_and_a_broken_one_is_named(tmp_path):
+    import jsonschema
+
+    from qwen3_pilot.report import REPORT_SCHEMA, SCHEMA_VERSION, check_schema
+
+    report = build(tmp_path, {"pin_env": write_summary(tmp_path, "pin_env", figures={"packages": []})})
+    schema = json.loads(REPORT_SCHEMA.read_text())
+    jsonschema.validate(json.loads((tmp_path / "report.json").read_text()), schema)
+    assert report["schema_version"] == SCHEMA_VERSION and report["provenance"]["host"]
+    report["stages"][0]["status"] = "passed"
+    with pytest.raises(ValueError, match="report.json does not match .*report.schema.json at stages/0/status"):
+        check_schema(report)
+
+
+def test_the_page_may_load_nothing_from_elsewhere(tmp_path):
+    """A Content-Security-Policy keeps the page self-contained in any browser: inline style, data: images."""
+    build(tmp_path, {})
+    html = (tmp_path / "report.html").read_text()
+    assert ('<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; img-src data:; '
+            "style-src 'unsafe-inline'\">") in html
+    assert "<script" not in html and "http://" not in html and "https://" not in html
 
 
 # ---- after a failed run: the report from what is on disk ----

@@ -11,24 +11,17 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-_CHUNK = 1 << 20
-
-
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def git_blob_sha1(path: Path) -> str:
-    """The hash `git hash-object` prints: sha1 over a "blob <size>\\0" header and the bytes."""
-    digest = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """The hash `git hash-object` prints, the hub's etag of a file not stored in LFS (such files are small:
+    huggingface_hub reads them whole too). Imported here, not at parse time."""
+    from huggingface_hub.utils.sha import git_hash
+
+    return git_hash(Path(path).read_bytes())
 
 
 def verify_checksum(path: Path, expected: str) -> str:

@@ -287,10 +287,6 @@ def pretrain(
     }
 
 
-def _git_blob_sha1(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
 def _is_lfs(name: str, size: int) -> bool:
     return Path(name).suffix in LFS_SUFFIXES or size >= LFS_MIN_BYTES
 
@@ -312,17 +308,18 @@ def publish_to_hub_cache(src_dir: Path, cache_dir: Path, repo_id: str, revision:
     if not org or not name or "/" in name:
         raise ValueError(f"repo_id must be 'org/name', got {repo_id!r}")
     repo = cache_dir / f"models--{org}--{name}"
+    from huggingface_hub.utils.sha import git_hash
 
     entries, commit_hash = {}, hashlib.sha1()
     for rel in files:
         data = (src_dir / rel).read_bytes()
-        content_sha1 = _git_blob_sha1(data)
+        content_sha1 = git_hash(data)
         commit_hash.update(f"{rel}\0{content_sha1}\n".encode())
         if _is_lfs(rel, len(data)):
             # In git the file is an LFS pointer, so the tree's blob_id is the pointer's sha1.
             sha256 = hashlib.sha256(data).hexdigest()
             pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {len(data)}\n"
-            entry = {"size": len(data), "blob_id": _git_blob_sha1(pointer.encode()), "lfs_sha256": sha256, "lfs_size": len(data)}
+            entry = {"size": len(data), "blob_id": git_hash(pointer.encode()), "lfs_sha256": sha256, "lfs_size": len(data)}
             entries[rel] = (sha256, entry)
         else:
             entries[rel] = (content_sha1, {"size": len(data), "blob_id": content_sha1})

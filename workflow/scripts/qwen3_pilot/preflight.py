@@ -63,7 +63,7 @@ def load_config(configfiles: list[Path], project: Path = PROJECT) -> dict[str, A
         if not isinstance(overlay, dict):
             raise PreflightError(f"{path}: expected a mapping of config keys, got {type(overlay).__name__}")
         config = deep_update(config, overlay)
-    validate(config, schema=str(project / "config" / "schema" / "config.schema.yaml"))
+    validate(config, schema=str(project / "workflow" / "schemas" / "config.schema.yaml"))
     check_config(config)
     if config["backend"] != "neuron":
         raise PreflightError(f"backend = {config['backend']!r}: the preflight checks a neuron (trn2) configuration")

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import io
-
 import json
 import os
-from datetime import datetime
+import socket
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +45,9 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
     "kernel_numerics": ("pin_env",),
     "moe_reduced": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
 }
+# report.json's shape; the report is checked against it before it is written.
+REPORT_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "report.schema.json"
+SCHEMA_VERSION = "1.0.0"
 FAILED_RUN_TITLE = "FAILED RUN: Qwen3 on AWS Trainium pilot audit trail (not a finished pilot)"
 
 
@@ -186,6 +187,7 @@ def write_report(
     pin_env = next((s for s in stages if s["stage"] == "pin_env" and s["status"] == "pass"), None)
     status = overall_status(stages, optional)
     report = {
+        "schema_version": SCHEMA_VERSION,
         "title": title,
         # A failed run is a fail even where the failure left no stage record (a parse or scheduling error).
         "status": "fail" if failed_run else status,
@@ -193,6 +195,7 @@ def write_report(
         "backend": config["backend"],
         "provenance": {
             **git_provenance(workflow_dir),
+            "host": socket.gethostname(),
             "config_digest": config_digest,
             "started": started,
             "ended": now_iso(),
@@ -202,9 +205,25 @@ def write_report(
         "stages": stages,
     }
     report["changes"] = report_changes(report, json_path, failed_run)
+    check_schema(report)
     write_json(json_path, report)
     write_text(html_path, render_html(report))
     return report
+
+
+def check_schema(report: dict[str, Any]) -> None:
+    """Raises naming the first key that breaks workflow/schemas/report.schema.json."""
+    import jsonschema
+
+    schema = json.loads(REPORT_SCHEMA.read_text())
+    if schema["properties"]["schema_version"]["const"] != SCHEMA_VERSION:
+        raise ValueError(f"{REPORT_SCHEMA}: describes schema_version {schema['properties']['schema_version']['const']}, "
+                         f"the report writes {SCHEMA_VERSION}")
+    try:
+        jsonschema.validate(json.loads(json.dumps(report, default=str)), schema)
+    except jsonschema.ValidationError as error:
+        where = "/".join(str(part) for part in error.absolute_path) or "(top level)"
+        raise ValueError(f"report.json does not match {REPORT_SCHEMA} at {where}: {error.message}") from None
 
 
 def report_changes(report: dict[str, Any], json_path: Path, failed_run: bool) -> dict[str, Any]:
@@ -216,33 +235,6 @@ def report_changes(report: dict[str, Any], json_path: Path, failed_run: bool) ->
         report, read_plan(json_path.parent / PLAN.name), report["config"]["report"]["baseline"],
         json_path.resolve().parent.parent, default_signoffs(json_path), strict=not failed_run,
     )
-
-
-def loss_curves_png(stages: list[dict[str, Any]]) -> str | None:
-    """Per-step loss of every stage that logged steps, as a base64 PNG (an <img> data URI carries no
-    markup into the page, unlike inline SVG); None when no stage logged any."""
-    curves = {s["stage"]: s["figures"]["steps"] for s in stages
-              if s["status"] == "pass" and isinstance(s["figures"].get("steps"), list) and s["figures"]["steps"]}
-    if not curves:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 3.5), dpi=100)
-    for stage, steps in curves.items():
-        axes.plot([s["step"] for s in steps], [s["loss"] for s in steps], marker="o", label=stage)
-    axes.set_xlabel("step")
-    axes.set_ylabel("loss (nats)")
-    axes.set_title("Per-step loss from torchtitan's metrics")
-    axes.legend()
-    axes.grid(alpha=0.3)
-    buffer = io.BytesIO()
-    figure.tight_layout()
-    figure.savefig(buffer, format="png")
-    plt.close(figure)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def environment():
@@ -261,4 +253,9 @@ def environment():
 
 
 def render_html(report: dict[str, Any]) -> str:
-    return environment().get_template("report.html.j2").render(report=report, loss_curves=loss_curves_png(report["stages"]))
+    from .plots import report_plots
+
+    from .changes import flatten
+
+    return environment().get_template("report.html.j2").render(
+        report=report, plots=report_plots(report["stages"]), config_flat=flatten(report["config"]))

@@ -486,6 +486,7 @@ def train_stage(
             "peak_flops_source": backend.peak_flops_source,
             "launch_wall_s": {name: round(run.wall_s, 2) for name, run in runs.items()},
             "steps": loaded,
+            "control_steps": control,
             "export_dir": export_dir(run_dir, training["steps"]).as_posix(),
             "kernel_replacements": replacements or "none configured (kernels." + stage + ")",
         },

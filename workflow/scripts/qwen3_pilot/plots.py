@@ -1,0 +1,152 @@
+"""The report's plots, from the stage summaries' figures: loss per step with the controls, router load per
+expert per layer, kernel numerics per op and dtype. Each is a PNG returned as base64 for an <img> data URI
+(it carries no markup into the page, and the page stays one self-contained file), or None when the run has
+nothing to plot. matplotlib with the Agg backend, imported when a plot is drawn."""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png")
+    _pyplot().close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def loss_series(stages: list[dict[str, Any]]) -> tuple[dict[str, list[tuple[int, float]]], list[tuple[str, str]]]:
+    """Every loss curve the passed stages logged, by label: each recipe, its random-init control (step 1
+    only) and the same run without kernel replacements; and the pairs expected to coincide (the two
+    recipes on the same weights and batch; a run with replaced kernels and its plain twin)."""
+    curves: dict[str, list[tuple[int, float]]] = {}
+    pairs: list[tuple[str, str]] = []
+    for stage in stages:
+        figures = stage["figures"]
+        if stage["status"] != "pass" or not isinstance(figures.get("steps"), list) or not figures["steps"]:
+            continue
+        name = stage["stage"]
+        curves[name] = [(s["step"], s["loss"]) for s in figures["steps"]]
+        if figures.get("control_steps"):
+            curves[f"{name}: random-init control"] = [(s["step"], s["loss"]) for s in figures["control_steps"]]
+        replacements = figures.get("kernel_replacements")
+        if isinstance(replacements, dict) and replacements.get("against_plain"):
+            plain = f"{name}: plain kernels (control)"
+            curves[plain] = [(s["step"], s["loss_plain"]) for s in replacements["against_plain"]["steps"]]
+            pairs.append((name, plain))
+    if "train_hf" in curves and "train_native" in curves:
+        pairs.insert(0, ("train_hf", "train_native"))
+    return curves, pairs
+
+
+def loss_curves_png(stages: list[dict[str, Any]]) -> str | None:
+    """Top: loss per step of every curve, each with its own line style and marker, drawn from large hollow
+    markers to small filled ones so that curves lying on each other are all visible. Bottom: the difference
+    within each pair expected to coincide, so that "they coincide" is read as a measured zero line, not as a
+    curve hidden under another."""
+    curves, pairs = loss_series(stages)
+    if not curves:
+        return None
+    plt = _pyplot()
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), dpi=100, height_ratios=(3, 2), sharex=True)
+    styles = ("-", "--", "-.", ":")
+    markers = ("o", "s", "^", "D", "v", "P", "X", "*")
+    count = len(curves)
+    for index, (label, points) in enumerate(curves.items()):
+        control = "control" in label
+        top.plot([p[0] for p in points], [p[1] for p in points], label=label, linestyle=styles[index % len(styles)],
+                 marker=markers[index % len(markers)], markersize=4 + 2.0 * (count - index),
+                 markerfacecolor="none" if index < count - 1 else None, linewidth=1.0 if control else 1.6,
+                 zorder=2 + index)
+    top.set_ylabel("loss (nats)")
+    top.set_title("Loss per step (torchtitan's metrics), with the controls")
+    top.legend(fontsize=7)
+    top.grid(alpha=0.3)
+    for index, (first, second) in enumerate(pairs):
+        a, b = dict(curves[first]), dict(curves[second])
+        steps = sorted(a.keys() & b.keys())
+        bottom.plot(steps, [a[s] - b[s] for s in steps], marker=markers[index % len(markers)],
+                    linestyle=styles[index % len(styles)], label=f"{first} minus {second}")
+    bottom.axhline(0.0, color="black", linewidth=0.6)
+    bottom.set_xlabel("step")
+    bottom.set_ylabel("difference (nats)")
+    bottom.set_title("Pairs expected to coincide: their difference per step")
+    if pairs:
+        bottom.legend(fontsize=7)
+    else:
+        bottom.text(0.5, 0.5, "no pair expected to coincide in this run", ha="center", transform=bottom.transAxes)
+    bottom.grid(alpha=0.3)
+    return _png(figure)
+
+
+def router_load_png(stages: list[dict[str, Any]]) -> str | None:
+    """Tokens routed to each expert of each MoE layer over the run, relative to an even share (1.0)."""
+    moe = next((s for s in stages if s["stage"] == "moe_reduced" and s["status"] == "pass"), None)
+    if moe is None or not moe["figures"].get("router_load"):
+        return None
+    layers = moe["figures"]["router_load"]["per_layer"]
+    load = [[count / (sum(layer["tokens_per_expert"]) / len(layer["tokens_per_expert"]))
+             for count in layer["tokens_per_expert"]] for layer in layers]
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(9, 1.2 + 0.45 * len(layers)), dpi=100)
+    image = axes.imshow(load, aspect="auto", cmap="coolwarm", vmin=0.0, vmax=2.0, interpolation="nearest")
+    axes.set_yticks(range(len(layers)), [f"layer {layer['layer']}" for layer in layers])
+    axes.set_xlabel("expert")
+    axes.set_title(f"{moe['stage']}: tokens routed per expert / even share (1.0 = balanced)")
+    figure.colorbar(image, ax=axes, fraction=0.03)
+    return _png(figure)
+
+
+def numerics_png(stages: list[dict[str, Any]]) -> str | None:
+    """The largest difference from PyTorch per op and dtype (over the shapes checked), with its tolerance; a
+    symmetric-log axis so that an exact 0 is drawn, at 0."""
+    numerics = next((s for s in stages if s["stage"] == "kernel_numerics" and s["status"] == "pass"), None)
+    if numerics is None or not numerics["figures"].get("numerics"):
+        return None
+    largest: dict[tuple[str, str], dict[str, float]] = {}
+    tolerance: dict[tuple[str, str], dict[str, float]] = {}
+    for row in numerics["figures"]["numerics"]:
+        op = f"{row['section']}: {row['op']}"
+        largest.setdefault(op, {})[row["dtype"]] = max(largest.get(op, {}).get(row["dtype"], 0.0), row["max_abs_diff"])
+        tolerance.setdefault(op, {})[row["dtype"]] = row["tolerance"]
+    ops = sorted(largest)
+    dtypes = sorted({dtype for by_dtype in largest.values() for dtype in by_dtype})
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 1.2 + 0.32 * len(ops) * len(dtypes)), dpi=100)
+    for index, dtype in enumerate(dtypes):
+        rows = [i * len(dtypes) + index for i, op in enumerate(ops) if dtype in largest[op]]
+        present = [op for op in ops if dtype in largest[op]]
+        axes.scatter([largest[op][dtype] for op in present], rows, marker="o", label=f"{dtype}: largest |diff|", zorder=3)
+        axes.scatter([tolerance[op][dtype] for op in present], rows, marker="|", s=200, label=f"{dtype}: tolerance")
+    axes.set_yticks([i * len(dtypes) + j for i in range(len(ops)) for j in range(len(dtypes))],
+                    [f"{op} ({dtype})" for op in ops for dtype in dtypes], fontsize=7)
+    axes.set_xscale("symlog", linthresh=1e-9)
+    axes.set_xlabel("max |kernel - PyTorch| (symlog; 0 = exact)")
+    axes.set_title("Kernel numerics per op and dtype")
+    axes.invert_yaxis()
+    axes.legend(fontsize=7, loc="lower right")
+    axes.grid(alpha=0.3, axis="x")
+    return _png(figure)
+
+
+def report_plots(stages: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The plots this run has data for, by where the report shows them: "overview" (the loss curves) or the
+    stage whose figures they draw; each with its alt text."""
+    drawn = {
+        "overview": ("loss per step of the training stages, with their controls", loss_curves_png(stages)),
+        "moe_reduced": ("router load per expert per layer", router_load_png(stages)),
+        "kernel_numerics": ("kernel numerics per op and dtype", numerics_png(stages)),
+    }
+    return {where: {"alt": alt, "png": png} for where, (alt, png) in drawn.items() if png}
