@@ -36,14 +36,14 @@ def cpu_backend(tmp_path):
 
 
 def test_two_gloo_ranks_run_the_collectives(tmp_path, cpu_backend):
-    figures = verify_ranks(cpu_backend, tmp_path / "ranks", tmp_path / "log.txt")
+    figures = verify_ranks(cpu_backend, tmp_path / "results", tmp_path / "log.txt")
     assert figures["ranks_seen"] == 2 and figures["all_reduce_sum"] == 3.0
     assert figures["dist_backend"] == "gloo"
-    assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == ["rank-0.json", "rank-1.json"]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["rank-0.json", "rank-1.json"]
 
 
 def test_a_missing_rank_fails_with_the_rank_named(tmp_path, cpu_backend):
     with pytest.raises(RankCheckError) as raised:
-        verify_ranks(cpu_backend, tmp_path / "ranks", tmp_path / "log.txt", nproc=1)
+        verify_ranks(cpu_backend, tmp_path / "results", tmp_path / "log.txt", nproc=1)
     assert "missing ranks [1] (expected ranks 0..1)" in str(raised.value)
     assert "rank 0: world size 1, expected 2" in str(raised.value)

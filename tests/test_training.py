@@ -9,14 +9,12 @@ import sys
 
 import pytest
 
+from qwen3_pilot.launch import PID_FILE, Launch
 from qwen3_pilot.training import (
-    PID_FILE,
-    Launch,
     TrainingError,
     check_steps,
     clear_run_dir,
     compare_recipes_stage,
-    failure_reason,
     launch_failure,
     loaded_weights_gate,
     loss_agreement,
@@ -78,43 +76,14 @@ def test_gate_fails_when_the_control_is_not_near_ln_vocab():
     assert len(problems) == 2
 
 
-def test_failure_reason_takes_the_ranks_exception_not_torchruns_summary():
-    output = "\n".join([
-        "[rank0]: Traceback (most recent call last):",
-        "[rank0]:   File \"x.py\", line 1",
-        "[rank0]: qwen3_pilot.parity.ParityError: train_native: head_dim differs",
-        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
-    ])
-    assert failure_reason(output) == "ParityError: train_native: head_dim differs"
-    assert failure_reason("nothing here") == "no exception found in the output"
-
-
-def test_failure_reason_keeps_a_multi_line_message_and_stops_at_the_next_record():
-    output = "\n".join([
-        "[rank0]: TypeError: (): incompatible function arguments. The following argument types are supported:",
-        "[rank0]:     1. (self: BarrierOptions, arg0: Sequence[int]) -> None",
-        "",
-        "[rank0]: Invoked with: <BarrierOptions object>, ['cpu']",
-        "E1203 06:40:33.256000 6956 api.py:1002] failed (exitcode: 1)",
-    ])
-    assert failure_reason(output) == (
-        "TypeError: (): incompatible function arguments. The following argument types are supported: "
-        "1. (self: BarrierOptions, arg0: Sequence[int]) -> None Invoked with: <BarrierOptions object>, ['cpu']"
-    )
-
-
-def test_launch_failure_names_the_signal_and_prefers_parity_problems(tmp_path):
-    log = tmp_path / "log"
-    log.write_text("earlier run: ValueError: old\n")
-    offset = log.stat().st_size
-    log.write_text(log.read_text() + "RuntimeError: this run\n")
-    span = {"log_path": log, "log_start": offset, "log_end": log.stat().st_size}
-    killed = Launch(command=[], env={}, returncode=-9, wall_s=1.0, **span)
-    error = launch_failure("train_native", killed, tmp_path / "parity.json")
-    assert "killed by signal 9" in str(error) and "RuntimeError: this run" in str(error) and "old" not in str(error)
+def test_launch_failure_prefers_the_models_differences_from_config_json(tmp_path):
+    failed = Launch([], {}, 1, 1.0, log_path=tmp_path / "log")
+    error = launch_failure("train_native", failed, tmp_path / "parity.json")
+    assert "torchrun exited with code 1: no rank recorded an error" in str(error)
     (tmp_path / "parity.json").write_text(json.dumps({"problems": ["rope_theta: built 1.0, checkpoint config.json 5.0"]}))
-    error = launch_failure("train_native", Launch([], {}, 1, 1.0, **span), tmp_path / "parity.json")
-    assert "exited with code 1" in str(error) and "rope_theta: built 1.0" in str(error)
+    error = launch_failure("train_native", failed, tmp_path / "parity.json")
+    assert "torchrun exited with code 1: the model differs from the checkpoint's config.json" in str(error)
+    assert "rope_theta: built 1.0" in str(error)
 
 
 def test_clear_run_dir_stops_orphaned_ranks_and_empties_the_folder(tmp_path):

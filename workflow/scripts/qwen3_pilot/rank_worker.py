@@ -8,6 +8,8 @@ import os
 import socket
 from pathlib import Path
 
+from torch.distributed.elastic.multiprocessing.errors import record
+
 from .artifacts import write_json
 from .backends import collective_count_dtype
 from .lifetime import die_with_parent
@@ -25,6 +27,7 @@ def device_for(device_type: str, local_rank: int):
     return torch.device("cpu") if device_type == "cpu" else torch.device(device_type, local_rank)
 
 
+@record  # a failing rank writes its exception to torchrun's error file; launch.py reads it
 def main() -> None:
     die_with_parent()
     parser = argparse.ArgumentParser()

@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from .backends import Backend
-from .lifetime import die_with_parent
+from .launch import Launch, failure_cause, run_torchrun
 
 
 class RankCheckError(RuntimeError):
@@ -61,23 +59,16 @@ def rank_worker_command(
 
 def launch_ranks(
     backend: Backend, nproc: int, out_dir: Path, log_path: Path, python: str = sys.executable
-) -> tuple[int, list[dict[str, Any]]]:
-    """Runs the rank worker under torchrun; returns torchrun's exit code and the records written."""
+) -> tuple[Launch, list[dict[str, Any]]]:
+    """Runs the rank worker under torchrun; returns the launch and the records the ranks wrote."""
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob("rank-*.json"):
         stale.unlink()
-    env = {**os.environ, **backend.launcher_env}
-    Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
-    command = rank_worker_command(backend, nproc, out_dir, python, backend.rank_log_dir(log_path, "ranks"))
-    with open(log_path, "a") as log:
-        log.write("$ " + " ".join(command) + "\n")
-        log.flush()
-        # torchrun dies with this stage process however it ends, and the ranks with torchrun (lifetime.py).
-        returncode = subprocess.run(
-            command, env=env, stdout=log, stderr=subprocess.STDOUT, check=False, preexec_fn=die_with_parent
-        ).returncode
+    rank_logs = backend.rank_log_dir(log_path, "ranks")
+    command = rank_worker_command(backend, nproc, out_dir, python, rank_logs)
+    result = run_torchrun(command, backend.launcher_env, log_path=log_path, pid_dir=out_dir, rank_log_dir=rank_logs)
     records = [json.loads(p.read_text()) for p in sorted(out_dir.glob("rank-*.json"))]
-    return returncode, records
+    return result, records
 
 
 def verify_ranks(
@@ -91,10 +82,10 @@ def verify_ranks(
         raise RankCheckError(f"{backend.name} backend cannot run here: {backend.unavailable_reason}")
     topology = check_topology(backend)
     nproc = backend.expected_ranks if nproc is None else nproc
-    returncode, records = launch_ranks(backend, nproc, out_dir, log_path)
+    launched, records = launch_ranks(backend, nproc, out_dir, log_path)
     problems = check_rank_records(records, backend.expected_ranks, backend.device_type)
-    if returncode != 0:
-        problems.insert(0, f"torchrun exited with code {returncode} (see {log_path})")
+    if launched.returncode != 0:
+        problems.insert(0, f"{failure_cause(launched)} (see {log_path})")
     if problems:
         raise RankCheckError(
             f"verify_ranks on the {backend.name} backend failed:\n  - " + "\n  - ".join(problems)

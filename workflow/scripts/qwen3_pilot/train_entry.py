@@ -6,15 +6,17 @@
 from __future__ import annotations
 
 import logging
-
 import os
+
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from .backends import backend_module
 from .lifetime import die_with_parent
 from .recipes import load_recipe
 from .titan_api import check_torchtitan_api
 
-if __name__ == "__main__":
+@record  # a failing rank writes its exception to torchrun's error file; launch.py reads it
+def main() -> None:
     die_with_parent()
     recipe = load_recipe()
     backend = backend_module(recipe["backend"])
@@ -25,9 +27,13 @@ if __name__ == "__main__":
         check_torchtitan_api(backend=recipe["backend"])
     # Before the recipe builds the model: the replaced modules log the implementation that runs.
     kernels = backend.install_kernels(recipe["lnc"]) if recipe["replacements"] else {}
-    from torchtitan.train import main
+    from torchtitan.train import main as torchtitan_main
 
     log = logging.getLogger(__name__)
     log.warning("backend workarounds applied: %s", applied or "none")
     log.warning("kernel implementations: %s", kernels or "no kernel replacements in this recipe")
+    torchtitan_main()
+
+
+if __name__ == "__main__":
     main()

@@ -9,20 +9,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .artifacts import write_json
 from .backends import Backend
-from .lifetime import die_with_parent
+from .launch import Launch, failure_cause, run_torchrun, stop_orphans
 from .parity import read_checkpoint_values
 from .summary import record_measured
 
@@ -30,7 +24,6 @@ CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe
 CONTROL_OVERRIDES = ("--checkpoint.no-enable", "--training.steps", "1")
 RECIPE_ENV = "QWEN3_PILOT_RECIPE"  # recipes.py reads the recipe JSON named here
 LAUNCH_RECORD = "launch.json"
-PID_FILE = "launcher.pid"
 METRICS_FILE = "metrics.jsonl"  # written by titan_metrics.JsonlLogger in the trainer processes
 
 # torchtitan's metric names -> the names in the stage's per-step table.
@@ -95,42 +88,10 @@ def clear_run_dir(run_dir: Path) -> None:
     checkpoint/ holds a step (and resumes from it, or crashes on an HF export), so a leftover from an
     interrupted run would otherwise train from the wrong weights. Ranks orphaned by a killed launcher
     are stopped first, so they cannot write into the new run."""
-    pid_file = run_dir / PID_FILE
-    if pid_file.exists():
-        _kill_group(int(pid_file.read_text().strip() or 0))
+    stop_orphans(run_dir)
     if run_dir.exists():
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)
-
-
-def _kill_group(pgid: int) -> None:
-    if pgid <= 0:
-        return
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-@dataclass
-class Launch:
-    command: list[str]
-    env: dict[str, str]
-    returncode: int
-    wall_s: float
-    # This launch's part of the stage log: [log_start, log_end) in bytes.
-    log_path: Path | None = None
-    log_start: int = 0
-    log_end: int = 0
-    # Every rank's own stdout/stderr files, where the backend keeps only some ranks on the console.
-    rank_log_dir: Path | None = None
-
-    def output(self) -> str:
-        if self.log_path is None:
-            return ""
-        with open(self.log_path, "rb") as log:
-            log.seek(self.log_start)
-            return log.read(self.log_end - self.log_start).decode(errors="replace")
 
 
 def trainer_launch(
@@ -150,93 +111,26 @@ def launch(
     backend: Backend, *, nproc: int, config_function: str, recipe_path: Path, run_dir: Path,
     log_path: Path, overrides: tuple[str, ...] = (), python: str = sys.executable,
 ) -> Launch:
-    """torchrun with torchtitan's trainer, in its own process group so that every rank goes when it ends."""
+    """One trainer launch into an empty `run_dir`, recorded there (launch.json)."""
     clear_run_dir(run_dir)
     rank_logs = backend.rank_log_dir(log_path, run_dir.name)
     command, added_env = trainer_launch(
         backend, nproc, config_function, recipe_path, run_dir, overrides, python, rank_log_dir=rank_logs
     )
-    Path(added_env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
-    log_start = log_path.stat().st_size if log_path.exists() else 0
-    with open(log_path, "a") as log:
-        log.write(f"$ {' '.join(command)}\n")
-        log.flush()
-        started = time.perf_counter()
-        # Its own session, so that every process of the launch can be stopped as a group; and dead with this
-        # stage process however it ends (lifetime.py: the ranks die with torchrun in turn).
-        process = subprocess.Popen(
-            command, env={**os.environ, **added_env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
-        (run_dir / PID_FILE).write_text(str(process.pid))
-        try:
-            returncode = process.wait()
-        finally:
-            _kill_group(process.pid)  # ranks left behind by a launcher that died
-        wall_s = time.perf_counter() - started
-    (run_dir / PID_FILE).unlink(missing_ok=True)
-    result = Launch(
-        command=command, env=added_env, returncode=returncode, wall_s=wall_s,
-        log_path=log_path, log_start=log_start, log_end=log_path.stat().st_size, rank_log_dir=rank_logs,
-    )
-    write_json(run_dir / LAUNCH_RECORD, {"command": command, "env": added_env, "returncode": returncode, "wall_s": wall_s})
+    result = run_torchrun(command, added_env, log_path=log_path, pid_dir=run_dir, rank_log_dir=rank_logs)
+    write_json(run_dir / LAUNCH_RECORD, {"command": command, "env": added_env, "returncode": result.returncode,
+                                         "wall_s": result.wall_s})
     return result
 
 
-_RANK_PREFIX = re.compile(r"^(?:\[[^\]]*\]:\s*)*")
-_ERROR_LINE = re.compile(r"^((?:[\w.]+\.)?(\w*(?:Error|Exception))):(?: (.*))?$")
-# Where an exception's message ends in torchrun's output: a traceback, torchrun's summary, a log record
-# (or another exception).
-_MESSAGE_END = re.compile(r"^(Traceback|File |-{8,}|={8,}|Root Cause|[EWI]\d{4} )")
-_MESSAGE_LINES = 3
-
-
-def failure_reason(log_text: str) -> str:
-    """The exception a rank died with, from the launch's output (torchrun's own summary names only the
-    exit code), with up to three continuation lines of a multi-line message."""
-    lines = [_RANK_PREFIX.sub("", line).strip() for line in log_text.splitlines()]
-    for index in range(len(lines) - 1, -1, -1):
-        match = _ERROR_LINE.match(lines[index])
-        if match and match.group(2) != "ChildFailedError":
-            message = [f"{match.group(2)}: {match.group(3) or ''}".strip()]
-            for line in lines[index + 1:]:
-                if len(message) > _MESSAGE_LINES or _MESSAGE_END.match(line) or _ERROR_LINE.match(line):
-                    break
-                if line:
-                    message.append(line)
-            return " ".join(message)
-    return NO_EXCEPTION
-
-
-NO_EXCEPTION = "no exception found in the output"
-
-
-def rank_failure_reason(rank_logs: Path) -> str:
-    """The first rank (by local rank) whose own stderr holds an exception: on neuron the stage log shows
-    rank 0 only, and another rank may be the one that failed."""
-    from .backends import rank_log_files
-
-    for local_rank, files in rank_log_files(rank_logs).items():
-        if files["stderr"].exists():
-            reason = failure_reason(files["stderr"].read_text(errors="replace"))
-            if reason != NO_EXCEPTION:
-                return f"local rank {local_rank}: {reason} (its log: {files['stderr']})"
-    return NO_EXCEPTION
-
-
 def launch_failure(what: str, launch_result: Launch, parity_path: Path) -> TrainingError:
-    if launch_result.returncode < 0:
-        cause = f"torchrun was killed by signal {-launch_result.returncode}"
-    else:
-        cause = f"torchrun exited with code {launch_result.returncode}"
+    """Why a trainer launch failed: the model's differences from config.json when the recipe found any
+    (they are the cause, whatever the ranks raised after), else the first rank error."""
+    cause = failure_cause(launch_result)
     if parity_path.exists() and json.loads(parity_path.read_text())["problems"]:
         problems = json.loads(parity_path.read_text())["problems"]
-        reason = "the model differs from the checkpoint's config.json:\n  - " + "\n  - ".join(problems)
-    else:
-        reason = failure_reason(launch_result.output())
-        if reason == NO_EXCEPTION and launch_result.rank_log_dir is not None:
-            reason = rank_failure_reason(launch_result.rank_log_dir)
-    return TrainingError(f"{what}: {cause}: {reason} (full output: {launch_result.log_path})")
+        cause = cause.split(":", 1)[0] + ": the model differs from the checkpoint's config.json:\n  - " + "\n  - ".join(problems)
+    return TrainingError(f"{what}: {cause} (full output: {launch_result.log_path})")
 
 
 def read_steps(metrics_path: Path) -> list[dict[str, Any]]:

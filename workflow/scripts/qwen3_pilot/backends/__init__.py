@@ -42,28 +42,31 @@ class Backend:
     def torchrun_command(
         self, python: str, nproc: int, module: str, args: list[str], *, rank_log_dir: str | Path | None = None
     ) -> list[str]:
-        """torchrun for `module` on `nproc` local ranks. With `rank_log_dir`, every rank's stdout and stderr
-        also go to their own files there (see `rank_log_files`); without it, all ranks print to the console."""
+        """torchrun for `module` on `nproc` local ranks; `rank_log_dir` is torchrun's --log-dir (see
+        `rank_log_options`)."""
         return [
             python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             *self.rank_log_options(rank_log_dir), "-m", module, *args,
         ]
 
-    def rank_log_dir(self, stage_log: Path, launch_name: str) -> Path | None:
-        """Where each rank of a launch writes its own logs, next to the stage log, on a backend that keeps
-        only some ranks on the console (neuron: rank 0 of 64); None where every rank prints to the stage log."""
-        return None if self.console_local_ranks is None else Path(stage_log).parent / "ranks" / launch_name
+    def rank_log_dir(self, stage_log: Path, launch_name: str) -> Path:
+        """torchrun's --log-dir for one launch of a stage, next to the stage log: a failing rank's error file
+        (torchelastic @record) on every backend, and every rank's own logs where the console shows only some
+        ranks (neuron: rank 0 of 64)."""
+        return Path(stage_log).parent / "ranks" / launch_name
 
     def rank_log_options(self, rank_log_dir: str | Path | None) -> list[str]:
-        """torchrun's (torch.distributed.run) per-rank logging: --log-dir is the folder, --tee=3 writes both
-        streams of every rank to <log-dir>/<run id>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log and
-        echoes them to the console, --local-ranks-filter keeps only the listed ranks on the console (the
-        files keep all). --redirects instead of --tee would leave the stage log with torchrun's own lines only."""
+        """torchrun's (torch.distributed.run) per-rank files: --log-dir is the folder, where each rank's error
+        file goes (<log-dir>/<run id>_<random>/attempt_<n>/<local rank>/error.json). Where the console keeps
+        only some ranks, --tee=3 also writes both streams of every rank to {stdout,stderr}.log there and echoes
+        them to the console, and --local-ranks-filter keeps only the listed ranks on the console (the files
+        keep all); --redirects instead of --tee would leave the stage log with torchrun's own lines only."""
         if rank_log_dir is None:
             return []
-        options = [f"--log-dir={rank_log_dir}", "--tee=3"]
+        options = [f"--log-dir={rank_log_dir}"]
         if self.console_local_ranks is not None:
-            options.append(f"--local-ranks-filter={','.join(str(r) for r in self.console_local_ranks)}")
+            filtered = ",".join(str(r) for r in self.console_local_ranks)
+            options += ["--tee=3", f"--local-ranks-filter={filtered}"]
         return options
 
 
