@@ -38,6 +38,7 @@ signoff: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile rules
 
 clean:
 	rm -rf results logs benchmarks .snakemake

@@ -7,10 +7,15 @@ from snakemake.utils import validate
 # The stage logic is a package beside the scripts; `make` installs it, this covers a bare checkout.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
-from qwen3_pilot.config import CACHE_ROOT, check_config, config_digest, stage_kernel_rules
+from qwen3_pilot.config import (
+    CACHE_ROOT,
+    check_config,
+    config_digest,
+    stage_kernel_rules,
+)
 from qwen3_pilot.pins import installed_version, read_pins
+from qwen3_pilot.report import STAGES, UPSTREAM, skipped_stages
 from qwen3_pilot.summary import now_iso
-
 
 validate(config, schema="../workflow/schemas/config.schema.yaml")
 check_config(config)
@@ -89,12 +94,24 @@ TRAIN_PACKAGES = {
 }
 
 
+def get_train_inputs(wildcards):
+    return train_inputs(*TRAIN_PACKAGES[wildcards.recipe])
+
+
+def get_recipe_kernel_rules(wildcards):
+    return get_kernel_rules(wildcards.recipe)
+
+
 def get_kernel_rules(stage):
     """One training stage's kernel replacements and the loss tolerance against the same run without them;
     only that stage's part of config `kernels`, and nothing when it has none (a tolerance change then
     reruns only the stages that use it)."""
     rules = stage_kernel_rules(config, stage)
-    return {"rules": rules, "loss_tolerance": config["kernels"]["loss_tolerance"]} if rules else {"rules": []}
+    return (
+        {"rules": rules, "loss_tolerance": config["kernels"]["loss_tolerance"]}
+        if rules
+        else {"rules": []}
+    )
 
 
 def record_invocation_plan():
@@ -112,19 +129,41 @@ def forget_invocation_plan():
     PLAN.unlink(missing_ok=True)
 
 
+def get_stage_summaries():
+    """The report's inputs: the summary of each stage the workflow builds (qwen3_pilot.report.STAGES and
+    UPSTREAM, the one list of stages) that this config does not skip."""
+    skipped = skipped_stages(config)
+    return {
+        stage: f"results/{stage}/summary.json"
+        for stage, _ in STAGES
+        if stage in UPSTREAM and stage not in skipped
+    }
+
+
 def write_failed_report():
     """After a failed run (onerror): results/report.{html,json} from what is on disk, with the failed
-    stages, what they measured and the stages they blocked; the run still exits non-zero."""
+    stages, what they measured and the stages they blocked; the run still exits non-zero.
+    """
     from qwen3_pilot.report import build_failed_report
 
     try:
         failed_report = build_failed_report(
-            config=config, config_digest=config_digest(config), workflow_dir=Path(workflow.basedir),
-            results=Path("results"), run_started=RUN_STARTED,
+            config=config,
+            config_digest=config_digest(config),
+            workflow_dir=Path(workflow.basedir),
+            results=Path("results"),
+            run_started=RUN_STARTED,
         )
-    except Exception as error:  # the run has failed already; say why there is no report, do not mask it
-        print(f"no report of the failed run: {type(error).__name__}: {error}", file=sys.stderr)
+    except (
+        Exception
+    ) as error:  # the run has failed already; say why there is no report, do not mask it
+        print(
+            f"no report of the failed run: {type(error).__name__}: {error}",
+            file=sys.stderr,
+        )
         return
     failed = [s["stage"] for s in failed_report["stages"] if s["status"] == "fail"]
-    print(f"the failed run's report (failed: {', '.join(failed) or 'no stage record'}): results/report.html",
-          file=sys.stderr)
+    print(
+        f"the failed run's report (failed: {', '.join(failed) or 'no stage record'}): results/report.html",
+        file=sys.stderr,
+    )

@@ -8,13 +8,13 @@ rule pin_package:
         "results/pin_env/packages/{package}.json",
     log:
         "logs/pin_env/{package}.log",
+    wildcard_constraints:
+        package="[a-z0-9._-]+",
     conda:
         SOFTWARE_ENV
     params:
         pinned=get_pin,
         installed=get_installed,
-    wildcard_constraints:
-        package="[a-z0-9._-]+",
     script:
         "../workflow/scripts/pin_package.py"
 

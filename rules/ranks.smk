@@ -13,10 +13,10 @@ rule verify_ranks:
         "logs/verify_ranks/verify_ranks.log",
     conda:
         SOFTWARE_ENV
+    threads: ALL_CORES
     params:
         backend=get_backend_config(),
         plan=config["plan"],
         cache_root=CACHE_ROOT,
-    threads: ALL_CORES
     script:
         "../workflow/scripts/verify_ranks.py"

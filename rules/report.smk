@@ -3,19 +3,13 @@
 
 rule report:
     input:
-        pin_env="results/pin_env/summary.json",
-        fetch_corpus="results/fetch_corpus/summary.json",
-        fixture_checkpoint=get_weights_source(),
-        fetch_weights="results/fetch_weights/summary.json",
-        verify_ranks="results/verify_ranks/summary.json",
-        train_hf="results/train_hf/summary.json",
-        train_native="results/train_native/summary.json",
-        compare_recipes="results/compare_recipes/summary.json",
-        export_reload="results/export_reload/summary.json",
-        kernel_numerics="results/kernel_numerics/summary.json",
-        moe_reduced="results/moe_reduced/summary.json",
+        **get_stage_summaries(),
     output:
-        html=report("results/report.html", caption="../workflow/report/report.rst", category="Pilot"),
+        html=report(
+            "results/report.html",
+            caption="../workflow/report/report.rst",
+            category="Pilot",
+        ),
         json="results/report.json",
     log:
         "logs/report/report.log",

@@ -3,52 +3,34 @@
 # export_reload, kernel_numerics and moe_reduced.
 
 
-rule train_hf:
+# One rule for both 4B recipes: {recipe} is train_hf or train_native. The pins each recipe depends on
+# (TRAIN_PACKAGES) and its kernel replacements (config kernels.<recipe>) are per recipe, so a bump or a
+# kernel change reruns only the recipe that uses it. `plain` holds the run without kernel replacements, and
+# stays empty when the recipe has none.
+rule train:
     input:
-        **train_inputs(*TRAIN_PACKAGES["train_hf"]),
+        unpack(get_train_inputs),
     output:
-        run=directory("results/train_hf/run"),
-        control=directory("results/train_hf/control"),
-        recipe="results/train_hf/recipe.json",
-        summary="results/train_hf/summary.json",
+        run=directory("results/{recipe}/run"),
+        control=directory("results/{recipe}/control"),
+        plain=directory("results/{recipe}/plain"),
+        recipe="results/{recipe}/recipe.json",
+        summary="results/{recipe}/summary.json",
     log:
-        "logs/train_hf/train_hf.log",
+        "logs/{recipe}/{recipe}.log",
     benchmark:
-        "benchmarks/train_hf.tsv"
+        "benchmarks/{recipe}.tsv"
+    wildcard_constraints:
+        recipe="|".join(TRAIN_PACKAGES),
     conda:
         SOFTWARE_ENV
+    threads: ALL_CORES
     params:
         backend=get_backend_config(),
         training=config["training"],
+        kernels=get_recipe_kernel_rules,
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
-    threads: ALL_CORES
-    script:
-        "../workflow/scripts/train.py"
-
-
-rule train_native:
-    input:
-        **train_inputs(*TRAIN_PACKAGES["train_native"]),
-    output:
-        run=directory("results/train_native/run"),
-        control=directory("results/train_native/control"),
-        plain=directory("results/train_native/plain"),
-        recipe="results/train_native/recipe.json",
-        summary="results/train_native/summary.json",
-    log:
-        "logs/train_native/train_native.log",
-    benchmark:
-        "benchmarks/train_native.tsv"
-    conda:
-        SOFTWARE_ENV
-    params:
-        backend=get_backend_config(),
-        training=config["training"],
-        kernels=get_kernel_rules("train_native"),
-        dataset=config["data"]["dataset"],
-        cache_root=CACHE_ROOT,
-    threads: ALL_CORES
     script:
         "../workflow/scripts/train.py"
 
@@ -74,7 +56,9 @@ rule compare_recipes:
 # Each recipe's HF export at its last step, completed and reloaded with transformers; runs on the host CPU.
 rule export_reload:
     input:
-        stamps=pin_stamps("torch", "torchtitan", "safetensors", "tokenizers", "transformers"),
+        stamps=pin_stamps(
+            "torch", "torchtitan", "safetensors", "tokenizers", "transformers"
+        ),
         checkpoint="results/fetch_weights/checkpoint",
         weights="results/fetch_weights/summary.json",
         hf="results/train_hf/run",
@@ -114,6 +98,7 @@ rule moe_reduced:
         "benchmarks/moe_reduced.tsv"
     conda:
         SOFTWARE_ENV
+    threads: ALL_CORES
     params:
         backend=get_backend_config(),
         training=config["training"],
@@ -121,7 +106,6 @@ rule moe_reduced:
         kernels=get_kernel_rules("moe_reduced"),
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
-    threads: ALL_CORES
     script:
         "../workflow/scripts/moe_reduced.py"
 

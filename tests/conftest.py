@@ -57,6 +57,22 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
     return jobs
 
 
+def planned_stages(result: subprocess.CompletedProcess) -> set[str]:
+    """The stages a dry run plans, from its job blocks ("rule train:" ... "wildcards: recipe=train_hf")."""
+    from qwen3_pilot.report import stage_of_job
+
+    stages, rule, wildcards = set(), None, {}
+    for line in (result.stdout + result.stderr).splitlines() + [""]:
+        if line.startswith("rule ") and line.endswith(":"):
+            rule, wildcards = line[5:-1], {}
+        elif rule and line.strip().startswith("wildcards:"):
+            wildcards = dict(pair.split("=", 1) for pair in line.split(":", 1)[1].strip().split(", "))
+        elif rule and not line.startswith(" "):
+            stages.add(stage_of_job(rule, wildcards))
+            rule = None
+    return stages
+
+
 @pytest.fixture
 def workspace(tmp_path: Path):
     return lambda overlay=None: make_workspace(tmp_path / "ws", overlay)

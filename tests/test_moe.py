@@ -35,8 +35,8 @@ def test_no_router_load_is_a_problem(tmp_path):
 
 
 def test_the_full_width_reduced_spec_has_the_published_parameter_count():
+    from qwen3_pilot.models import count_parameters, reduced_moe_model
     from qwen3_pilot.moe import model_spec
-    from qwen3_pilot.recipes import count_parameters, reduced_moe_model
 
     moe = {"layers": 4, "experts": 64, "top_k": 4, "rope_theta": 1e6}
     width = {"dim": 2048, "n_heads": 32, "n_kv_heads": 4, "head_dim": 128, "moe_hidden_dim": 768}
@@ -46,10 +46,10 @@ def test_the_full_width_reduced_spec_has_the_published_parameter_count():
 
 def test_kernel_numerics_on_neuron_fails_at_once_naming_the_missing_packages(tmp_path):
     """No not_run path on the target: without the Neuron packages the stage stops before measuring anything."""
-    from qwen3_pilot.numerics import kernel_numerics_stage
+    from qwen3_pilot.stages.kernel_numerics import run as kernel_numerics
 
     with pytest.raises(ImportError) as raised:
-        kernel_numerics_stage(
+        kernel_numerics(
             backend_config={"backend": "neuron", "ranks": 64, "neuron": {"lnc": 2}}, settings={},
             cache_root=str(tmp_path), results_path=tmp_path / "numerics.json", summary_path=tmp_path / "summary.json",
         )

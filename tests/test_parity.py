@@ -28,8 +28,9 @@ QWEN3_4B_2507 = {
 
 
 def test_torchtitan_4b_flavor_against_qwen3_4b_2507_names_rope_theta():
-    from qwen3_pilot.recipes import native_model_values, use_sdpa
     from torchtitan.models.qwen3 import model_registry
+
+    from qwen3_pilot.models import native_model_values, use_sdpa
 
     model = model_registry("4B").model
     use_sdpa(model)
@@ -42,7 +43,7 @@ def test_torchtitan_4b_flavor_against_qwen3_4b_2507_names_rope_theta():
 
 
 def test_native_model_from_checkpoint_takes_every_field_from_config_json():
-    from qwen3_pilot.recipes import native_model_from_checkpoint, native_model_values, use_sdpa
+    from qwen3_pilot.models import native_model_from_checkpoint, native_model_values, use_sdpa
 
     expected = checkpoint_values(QWEN3_4B_2507)
     model = native_model_from_checkpoint(expected)

@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from qwen3_pilot.launch import PID_FILE, Launch
+from qwen3_pilot.stages.compare_recipes import run as compare_recipes
 from qwen3_pilot.training import (
     TrainingError,
     check_steps,
     clear_run_dir,
-    compare_recipes_stage,
     launch_failure,
     loaded_weights_gate,
     loss_agreement,
@@ -104,12 +104,12 @@ def write_gate_summary(path, loaded, control):
 def test_compare_recipes_reports_the_difference_and_fails_past_the_tolerance(tmp_path):
     hf = write_gate_summary(tmp_path / "hf.json", 5.6081, 11.6)
     native = write_gate_summary(tmp_path / "native.json", 5.6082, 7.6)
-    summary = compare_recipes_stage(hf_summary=hf, native_summary=native, tolerance=1e-3, backend="cpu",
+    summary = compare_recipes(hf_summary=hf, native_summary=native, tolerance=1e-3, backend="cpu",
                                     summary_path=tmp_path / "summary.json")
     assert summary["figures"]["abs_difference"] == pytest.approx(1e-4)
     far = write_gate_summary(tmp_path / "far.json", 7.0, 7.6)
     with pytest.raises(TrainingError, match="step-1 losses differ by 1.391900"):
-        compare_recipes_stage(hf_summary=hf, native_summary=far, tolerance=1e-3, backend="cpu",
+        compare_recipes(hf_summary=hf, native_summary=far, tolerance=1e-3, backend="cpu",
                               summary_path=tmp_path / "summary2.json")
 
 

@@ -24,7 +24,7 @@ def rerun(ws, stage, *args, env=None):
     if env:
         os.environ.update(env)
     try:
-        return run_snakemake(ws, "--cores", "2", f"results/{stage}/summary.json", "--forcerun", stage, *args)
+        return run_snakemake(ws, "--cores", "2", f"results/{stage}/summary.json", "--force", *args)
     finally:
         for key in env or ():
             os.environ.pop(key)
@@ -117,7 +117,7 @@ def test_a_killed_run_reruns_from_the_fetched_weights(copy_of_run, tmp_path):
     shutil.copytree(copy_of_run / "results" / "train_native" / "run" / "checkpoint" / "step-10", saved_step)
     run_dir = copy_of_run / "results" / "train_native" / "run"
     log = copy_of_run / "logs" / "train_native" / "train_native.log"
-    command = [SNAKEMAKE, "--cores", "2", "results/train_native/summary.json", "--forcerun", "train_native",
+    command = [SNAKEMAKE, "--cores", "2", "results/train_native/summary.json", "--force",
                "--configfile", "config/test.yaml"]
     shutil.rmtree(run_dir)  # so that the metrics watched below are the new run's
     snakemake = subprocess.Popen(command, cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -218,16 +218,16 @@ def trainer_processes(ws) -> list[int]:
             cwd = os.readlink(proc / "cwd")
         except OSError:
             continue
-        if cwd == str(ws) and ("qwen3_pilot.train_entry" in cmdline or "torch.distributed.run" in cmdline):
+        if cwd == str(ws) and ("qwen3_pilot.in_ranks.train_entry" in cmdline or "torch.distributed.run" in cmdline):
             pids.append(int(proc.name))
     return pids
 
 
 def test_ctrl_c_stops_every_rank_and_the_plain_command_then_completes(copy_of_run):
     run_dir = copy_of_run / "results" / "train_native" / "run"
-    shutil.rmtree(run_dir)  # so that the metrics watched below are the new run's
-    command = [SNAKEMAKE, "--cores", "2", "results/report.html", "--forcerun", "train_native",
-               "--configfile", "config/test.yaml"]
+    # Without its run folder the stage reruns, and the metrics watched below are the new run's.
+    shutil.rmtree(run_dir)
+    command = [SNAKEMAKE, "--cores", "2", "results/report.html", "--configfile", "config/test.yaml"]
     # Its own process group, as a terminal gives a foreground command: Ctrl-C is SIGINT to that group.
     snakemake = subprocess.Popen(command, cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, start_new_session=True)

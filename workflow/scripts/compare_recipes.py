@@ -1,10 +1,10 @@
 from pathlib import Path
 
 from qwen3_pilot.stagelog import stage_log
-from qwen3_pilot.training import compare_recipes_stage
+from qwen3_pilot.stages.compare_recipes import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input):
-    compare_recipes_stage(
+    run(
         hf_summary=Path(snakemake.input.train_hf),
         native_summary=Path(snakemake.input.train_native),
         tolerance=snakemake.params.tolerance,

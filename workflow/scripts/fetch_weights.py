@@ -1,10 +1,10 @@
 from pathlib import Path
 
 from qwen3_pilot.stagelog import stage_log
-from qwen3_pilot.weights import fetch_weights_stage
+from qwen3_pilot.stages.fetch_weights import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input):
-    fetch_weights_stage(
+    run(
         weights=snakemake.params.weights,
         cache_dir=Path(snakemake.params.cache_dir),
         offline=snakemake.params.offline,

@@ -1,10 +1,10 @@
 from pathlib import Path
 
-from qwen3_pilot.fixture import fixture_checkpoint_stage
 from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stages.fixture_checkpoint import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input):
-    fixture_checkpoint_stage(
+    run(
         corpus_dir=Path(snakemake.input.corpus),
         fixture=snakemake.params.fixture,
         repo_id=snakemake.params.repo_id,

@@ -2,9 +2,9 @@ from qwen3_pilot.stagelog import stage_log
 
 with stage_log(snakemake.log[0], consumes=snakemake.input) as log:
     # Imported inside the log: the stage fixes inductor's cache folder before torch._dynamo is imported.
-    from qwen3_pilot.numerics import kernel_numerics_stage
+    from qwen3_pilot.stages.kernel_numerics import run
 
-    kernel_numerics_stage(
+    run(
         backend_config=snakemake.params.backend,
         settings=snakemake.params.settings,
         cache_root=snakemake.params.cache_root,

@@ -1,10 +1,10 @@
 from pathlib import Path
 
-from qwen3_pilot.moe import moe_stage
 from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stages.moe_reduced import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input):
-    moe_stage(
+    run(
         backend_config=snakemake.params.backend,
         dataset=snakemake.params.dataset,
         training=snakemake.params.training,

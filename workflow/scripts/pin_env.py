@@ -1,10 +1,10 @@
 from pathlib import Path
 
-from qwen3_pilot.pins import pin_env_stage
 from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stages.pin_env import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input):
-    pin_env_stage(
+    run(
         stamps=list(snakemake.input.stamps),
         backend=snakemake.params.backend,
         pins_file=snakemake.params.pins_file,

@@ -1,14 +1,11 @@
 from pathlib import Path
 
-from qwen3_pilot.report import build_report
 from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stages.report import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input):
-    # A stage that does not run on this backend (fixture_checkpoint with hub weights) has an empty input.
-    named = {name: snakemake.input[name] for name in snakemake.input.keys()}
-    summaries = {name: Path(value if isinstance(value, str) else value[0]) for name, value in named.items() if value}
-    build_report(
-        summaries=summaries,
+    run(
+        summaries={stage: Path(snakemake.input[stage]) for stage in snakemake.input.keys()},
         config=snakemake.params.config,
         config_digest=snakemake.params.config_digest,
         workflow_dir=Path(snakemake.scriptdir),

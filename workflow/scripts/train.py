@@ -1,23 +1,23 @@
 from pathlib import Path
 
 from qwen3_pilot.stagelog import stage_log
-from qwen3_pilot.training import train_stage
+from qwen3_pilot.stages.train import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input):
-    train_stage(
-        stage=snakemake.rule,
+    run(
+        stage=snakemake.wildcards.recipe,
         backend_config=snakemake.params.backend,
         dataset=snakemake.params.dataset,
         training=snakemake.params.training,
         # train_hf has no kernels to replace (its RoPE lives inside transformers' model), so no plain run.
-        kernels=snakemake.params.get("kernels", {"rules": []}),
+        kernels=snakemake.params.kernels,
         cache_root=snakemake.params.cache_root,
         checkpoint_dir=Path(snakemake.input.checkpoint),
         corpus_dir=Path(snakemake.input.corpus),
         ranks_summary=Path(snakemake.input.ranks),
         recipe_path=Path(snakemake.output.recipe),
         run_dir=Path(snakemake.output.run),
-        plain_dir=Path(snakemake.output.plain) if "plain" in snakemake.output.keys() else None,
+        plain_dir=Path(snakemake.output.plain),
         control_dir=Path(snakemake.output.control),
         summary_path=Path(snakemake.output.summary),
         log_path=Path(snakemake.log[0]),

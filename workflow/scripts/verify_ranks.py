@@ -1,10 +1,10 @@
 from pathlib import Path
 
-from qwen3_pilot.ranks import verify_ranks_stage
 from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stages.verify_ranks import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input):
-    verify_ranks_stage(
+    run(
         backend_config=snakemake.params.backend,
         plan=snakemake.params.plan,
         cache_root=snakemake.params.cache_root,

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+
 def sha256_file(path: Path) -> str:
     with open(path, "rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()

@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .artifacts import current_sha256, write_json
+from .report import stage_of_job
 
 # Snakemake's plan for the invocation under way: written when it starts (onstart), read by the report,
 # removed when it ends, so that a report never takes an earlier invocation's plan for its own.
 PLAN = Path("results") / "invocation.json"
-
-# Rules that are part of a stage without being its summary: their jobs count as the stage's.
-RULE_STAGE = {"pin_package": "pin_env"}
 
 # Figures that measure time or speed (or derive from them) vary between two runs of the same software; they
 # are listed apart so that a moved loss or count is not lost among them.
@@ -64,7 +62,7 @@ def stage_runs(plan: dict[str, Any] | None, stages: list[dict[str, Any]]) -> dic
                         "stages ran and why is unknown."}
     reasons: dict[str, list[str]] = {}
     for job in plan["jobs"]:
-        stage = RULE_STAGE.get(job["rule"], job["rule"])
+        stage = stage_of_job(job["rule"], job["wildcards"])
         label = job["rule"] + "".join(f"[{value}]" for value in job["wildcards"].values())
         reasons.setdefault(stage, []).append(f"{label}: {job['reason']}")
     runs = {}

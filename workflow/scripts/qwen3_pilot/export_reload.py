@@ -123,7 +123,7 @@ def torchtitan_model(checkpoint_values: dict[str, Any], tensors: dict[str, Any],
     import torch
     from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 
-    from .recipes import native_model_from_checkpoint, use_sdpa
+    from .models import native_model_from_checkpoint, use_sdpa
 
     config = native_model_from_checkpoint(checkpoint_values)
     use_sdpa(config)
@@ -262,51 +262,3 @@ def key_set_problems(exports: dict[str, Path]) -> tuple[dict[str, Any], list[str
     if differing:
         problems.append("export dtypes or shapes differ: " + ", ".join(f"{k} {a[k]} vs {b[k]}" for k in differing))
     return {"same_keys_and_dtypes": not problems, "keys": len(a)}, problems
-
-
-def export_reload_stage(
-    *, exports: dict[str, Path], checkpoint_dir: Path, out_root: Path, settings: dict[str, Any], seed: int,
-    backend: str, summary_path: Path,
-) -> dict[str, Any]:
-    from .summary import StageSummary
-
-    figures: dict[str, Any] = {}
-    problems: list[str] = []
-    artifacts: list[Path] = []
-    completed = {}
-    fetched = read_tensors(checkpoint_dir)  # once for both recipes: the full checkpoint on neuron
-    for recipe, export_dir in exports.items():
-        completed[recipe] = out_root / recipe
-        recipe_figures, recipe_problems, files = check_export(
-            recipe=recipe, export_dir=export_dir, checkpoint_dir=checkpoint_dir, out_dir=completed[recipe],
-            settings=settings, seed=seed, fetched=fetched,
-        )
-        figures[recipe] = recipe_figures
-        problems += recipe_problems
-        artifacts += files
-    figures["recipes_agree"], agreement_problems = key_set_problems(completed)
-    problems += agreement_problems
-    if problems:
-        raise ExportError("export_reload failed:\n  - " + "\n  - ".join(problems))
-    summary = StageSummary(
-        stage="export_reload",
-        status="pass",
-        backend=backend,
-        figures=figures,
-        proves=(
-            "Each recipe's last-step export, completed with the checkpoint's config and tokenizer files, loads "
-            "with transformers' AutoModelForCausalLM from safetensors with no missing, unexpected or mismatched "
-            "keys; tied embeddings share storage and no separate lm_head tensor is written; the reloaded "
-            "model's logits on fixed random tokens match torchtitan's own Qwen3 loaded from the same files "
-            "through its state-dict adapter; greedy generation runs; both exports hold the same tensors and "
-            "dtypes, and they differ from the fetched weights."
-        ),
-        does_not_prove=(
-            "That the export equals the trainer's in-memory final state bit for bit: the comparison model is "
-            "rebuilt from the export (it checks the HF format and torchtitan's conversion both ways, not the "
-            "save path). The generated text is not judged for quality; the logits were compared on one fixed "
-            "input in the export's dtype only."
-        ),
-    )
-    summary.add_artifacts(artifacts)
-    return summary.write(summary_path)

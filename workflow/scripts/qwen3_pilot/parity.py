@@ -1,7 +1,7 @@
 """Config parity: what a recipe built against the checkpoint's config.json, field by field.
 
 Torch-free, so the stage and the report can read it; the values of the built models come from
-`recipes.py`, inside the trainer processes.
+`in_ranks/recipes.py`, inside the trainer processes.
 """
 
 from __future__ import annotations

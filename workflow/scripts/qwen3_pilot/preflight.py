@@ -42,6 +42,7 @@ MOE_MODEL = "Qwen3-30B-A3B"
 MOE_WIDTH_FIELDS = {
     "dim": "hidden_size", "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
     "head_dim": "head_dim", "moe_hidden_dim": "moe_intermediate_size", "vocab_size": "vocab_size",
+    "layers": "num_hidden_layers", "experts": "num_experts",
 }
 
 
@@ -119,7 +120,7 @@ def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path)
 
 def build_recipe(recipe_path: Path, config_function: str):
     """The recipe's torchtitan Trainer.Config, from the recipes' own config function."""
-    from . import recipes
+    from .in_ranks import recipes
     from .training import RECIPE_ENV
 
     previous = os.environ.get(RECIPE_ENV)
@@ -134,7 +135,7 @@ def build_recipe(recipe_path: Path, config_function: str):
 
 
 def native_check(recipe_path: Path, lnc: int) -> dict[str, Any]:
-    from .recipes import count_parameters
+    from .models import count_parameters
     from .replacement import apply_converters, kernel_converters, replaced_paths
 
     trainer = build_recipe(recipe_path, "qwen3_native")
@@ -165,8 +166,8 @@ def native_check(recipe_path: Path, lnc: int) -> dict[str, Any]:
 def hf_check(recipe_path: Path) -> dict[str, Any]:
     """The transformers-backend recipe: its config, and parity of the transformers config it builds the
     model from (torchtitan's own update_from_config, as the trainer calls it) against config.json."""
+    from .models import hf_model_values
     from .parity import parity_table, read_checkpoint_values
-    from .recipes import hf_model_values
 
     trainer = build_recipe(recipe_path, "qwen3_hf")
     recipe = json.loads(recipe_path.read_text())
@@ -180,8 +181,8 @@ def hf_check(recipe_path: Path) -> dict[str, Any]:
 
 
 def moe_check(recipe_path: Path, config: dict[str, Any], moe_config_json: Path) -> dict[str, Any]:
+    from .models import count_parameters
     from .parity import _same
-    from .recipes import count_parameters
     from .replacement import replaced_paths
 
     trainer = build_recipe(recipe_path, "qwen3_moe_reduced")

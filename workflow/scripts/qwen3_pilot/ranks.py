@@ -51,7 +51,7 @@ def rank_worker_command(
 ) -> list[str]:
     """The torchrun command of verify_ranks' launch (the preflight prints it)."""
     return backend.torchrun_command(
-        python, nproc, "qwen3_pilot.rank_worker",
+        python, nproc, "qwen3_pilot.in_ranks.rank_worker",
         ["--out", str(out_dir), "--dist-backend", backend.dist_backend, "--device-type", backend.device_type],
         rank_log_dir=rank_logs,
     )
@@ -116,38 +116,3 @@ def check_topology(backend: Backend) -> dict[str, Any] | None:
             f"the {backend.name} devices do not match the config:\n  - " + "\n  - ".join(problems)
         )
     return figures
-
-
-def verify_ranks_stage(
-    *, backend_config: dict[str, Any], plan: dict[str, Any], cache_root: str,
-    ranks_dir: Path, plan_path: Path, summary_path: Path, log_path: Path,
-) -> dict[str, Any]:
-    from .backends import make_backend
-    from .rank_plan import run_plan_subprocess
-    from .summary import StageSummary
-
-    backend = make_backend(backend_config, str(Path(cache_root).resolve()))
-    live = verify_ranks(backend, ranks_dir, log_path)
-    fsdp_plan = run_plan_subprocess(
-        flavor=plan["flavor"], world_size=plan["world_size"], hbm_per_rank_gib=plan["hbm_per_rank_gib"],
-        out_path=plan_path,
-    )
-    summary = StageSummary(
-        stage="verify_ranks",
-        status="pass",
-        backend=backend.name,
-        figures={"live": live, "plan": fsdp_plan},
-        proves=(
-            f"{live['ranks_seen']} ranks joined one {live['dist_backend']} process group with the expected "
-            f"rank numbers and world size, and an all-reduce and an all-gather returned the known results on "
-            f"every rank. The {plan['world_size']}-way FSDP plan of the real Qwen3-{plan['flavor']} architecture "
-            "(torchtitan fake process group) fits the per-rank HBM budget for parameters, gradients and AdamW state."
-        ),
-        does_not_prove=(
-            ("These were gloo ranks on one CPU machine, not the 64 NeuronCores of a trn2. " if backend.name == "cpu" else "")
-            + "The plan counts static memory only: activations, compiler workspace and communication buffers "
-            "are not in it, and the fake process group moves no data."
-        ),
-    )
-    summary.add_artifacts(sorted(ranks_dir.glob("rank-*.json")) + [plan_path])
-    return summary.write(summary_path)

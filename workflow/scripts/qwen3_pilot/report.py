@@ -13,19 +13,20 @@ from typing import Any
 from .artifacts import write_json, write_text
 from .summary import now_iso
 
-# The pilot in its order. A stage with no summary among the inputs appears as not_run, with the reason.
+# The pilot in its order, each with its title (config values filled in by `titles`): the one list of
+# stages. A stage with no summary among the inputs appears as not_run, with the reason.
 STAGES: tuple[tuple[str, str], ...] = (
     ("pin_env", "Pin and verify the environment"),
     ("fetch_corpus", "Fetch the corpus"),
     ("fixture_checkpoint", "Publish the fixture checkpoint (cpu backend)"),
     ("fetch_weights", "Fetch the Qwen3-4B weights"),
     ("verify_ranks", "Verify the ranks and the 64-rank plan"),
-    ("train_hf", "Train the Transformers-backend 4B recipe (10 steps)"),
-    ("train_native", "Train the native torchtitan 4B recipe (10 steps)"),
+    ("train_hf", "Train the Transformers-backend 4B recipe ({training[steps]} steps)"),
+    ("train_native", "Train the native torchtitan 4B recipe ({training[steps]} steps)"),
     ("compare_recipes", "Compare the two recipes' step-1 losses"),
     ("export_reload", "Export to Hugging Face safetensors and reload"),
     ("kernel_numerics", "Kernel numerics: RoPE and MoE against PyTorch"),
-    ("moe_reduced", "Train the reduced MoE (4 layers, 64 experts, top-4)"),
+    ("moe_reduced", "Train the reduced MoE ({moe[layers]} layers, {moe[experts]} experts, top-{moe[top_k]})"),
     ("benchmark", "Warm-up and steady-state benchmarks"),
 )
 NOT_BUILT = "not built yet: this version of the workflow has no rule for this stage"
@@ -48,6 +49,19 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
 # report.json's shape; the report is checked against it before it is written.
 REPORT_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "report.schema.json"
 SCHEMA_VERSION = "1.0.0"
+# Rules whose jobs are a stage without being named after it: pin_package's per-package stamps are pin_env's,
+# and rule `train` is train_hf or train_native by its {recipe}.
+def stage_of_job(rule: str, wildcards: dict[str, str]) -> str:
+    if rule == "pin_package":
+        return "pin_env"
+    return wildcards["recipe"] if rule == "train" else rule
+
+
+def titles(config: dict[str, Any]) -> dict[str, str]:
+    """Each stage's title with the config's figures in it (steps, layers, experts)."""
+    return {stage: title.format(**config) if "{" in title else title for stage, title in STAGES}
+
+
 FAILED_RUN_TITLE = "FAILED RUN: Qwen3 on AWS Trainium pilot audit trail (not a finished pilot)"
 
 
@@ -62,15 +76,15 @@ def failed_ancestor(stage: str, failed: set[str]) -> str | None:
     return next((name for name, _ in STAGES if name in seen and name in failed), None)
 
 
-def failed_run_stages(results: Path, run_started: str, backend: str, skipped: dict[str, str]) -> list[dict[str, Any]]:
+def failed_run_stages(results: Path, run_started: str, config: dict[str, Any], skipped: dict[str, str]) -> list[dict[str, Any]]:
     """Each stage after a failed run: fail (its failure record from this run: the reason and what it
     measured), not_run when a stage it depends on failed in this run (whatever an earlier run left on disk),
     else its summary on disk, marked when it comes from an earlier run. A failure record from an earlier
     run that this run did not reach is not shown as this run's failure."""
     records = {p.stem: json.loads(p.read_text()) for p in (results / "failures").glob("*.json")}
     failed = {stage for stage, record in records.items() if record["ended"] >= run_started and stage not in skipped}
-    stages = []
-    for stage, title in STAGES:
+    backend, stages = config["backend"], []
+    for stage, title in titles(config).items():
         blocker = failed_ancestor(stage, failed)
         summary = results / stage / "summary.json"
         if stage in failed:
@@ -113,9 +127,9 @@ def not_run(stage: str, title: str, backend: str, reason: str) -> dict[str, Any]
     }
 
 
-def collect_stages(summaries: dict[str, Path], backend: str, skipped: dict[str, str]) -> list[dict[str, Any]]:
-    stages = []
-    for stage, title in STAGES:
+def collect_stages(summaries: dict[str, Path], config: dict[str, Any], skipped: dict[str, str]) -> list[dict[str, Any]]:
+    backend, stages = config["backend"], []
+    for stage, title in titles(config).items():
         if stage in summaries:
             entry = json.loads(Path(summaries[stage]).read_text())
             if entry["stage"] != stage:
@@ -140,28 +154,13 @@ def skipped_stages(config: dict[str, Any]) -> dict[str, str]:
     return {}
 
 
-def build_report(
-    *,
-    summaries: dict[str, Path],
-    config: dict[str, Any],
-    config_digest: str,
-    workflow_dir: Path,
-    html_path: Path,
-    json_path: Path,
-) -> dict[str, Any]:
-    skipped = skipped_stages(config)
-    stages = collect_stages(summaries, config["backend"], skipped)
-    return write_report(stages, "Qwen3 on AWS Trainium: pilot audit trail", config=config, config_digest=config_digest,
-                        workflow_dir=workflow_dir, html_path=html_path, json_path=json_path, optional=set(skipped))
-
-
 def build_failed_report(
     *, config: dict[str, Any], config_digest: str, workflow_dir: Path, results: Path, run_started: str,
 ) -> dict[str, Any]:
     """After a failed run (Snakemake's onerror): the same report from what is on disk, with the failed
     stages, the stages they blocked, and an overall fail; it can never read as a finished pilot."""
     skipped = skipped_stages(config)
-    stages = failed_run_stages(results, run_started, config["backend"], skipped)
+    stages = failed_run_stages(results, run_started, config, skipped)
     paths = {"html_path": results / "report.html", "json_path": results / "report.json"}
     report = write_report(stages, FAILED_RUN_TITLE, config=config, config_digest=config_digest,
                           workflow_dir=workflow_dir, optional=set(skipped), failed_run=True, **paths)
@@ -253,9 +252,8 @@ def environment():
 
 
 def render_html(report: dict[str, Any]) -> str:
-    from .plots import report_plots
-
     from .changes import flatten
+    from .plots import report_plots
 
     return environment().get_template("report.html.j2").render(
         report=report, plots=report_plots(report["stages"]), config_flat=flatten(report["config"]))

@@ -54,7 +54,7 @@ class ApiEntry:
 
 
 TORCHTITAN_API: tuple[ApiEntry, ...] = (
-    # ---- the trainer and its config (train_entry.py, recipes.py) ----
+    # ---- the trainer and its config (in_ranks/train_entry.py, in_ranks/recipes.py) ----
     ApiEntry("torchtitan.train", "main", "train_entry.py runs it", since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.trainer", "Trainer.Config", "the recipes return one", fields=("model_spec",),
              since=CONFIG_REFACTOR),
@@ -90,7 +90,7 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
     ApiEntry("torchtitan.components.metrics", "BaseLogger", "titan_metrics.py subclasses it"),
     ApiEntry("torchtitan.components.metrics", "LoggerContainer", "titan_metrics.py adds its logger",
              attributes=("add_logger",)),
-    # ---- the models (recipes.py, numerics.py, export_reload.py, rank_plan.py) ----
+    # ---- the models (models.py, numerics.py, export_reload.py, rank_plan.py) ----
     ApiEntry("torchtitan.models.qwen3.config_registry", "qwen3_32b", "the native and MoE recipes build on it",
              since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.qwen3", "model_registry", "the recipes and rank_plan.py call it",
@@ -107,7 +107,7 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              "reads its cache lookup", attributes=("_reshape_cache",), since=PRIVATE),
     ApiEntry("torchtitan.protocols.model_spec", "ModelSpec", "the recipes replace them",
              fields=("flavor", "model", "post_optimizer_build_fn", "parallelize_fn")),
-    ApiEntry("torchtitan.models.qwen3.model", "Qwen3Model.Config", "recipes.qwen3_decoder sets them",
+    ApiEntry("torchtitan.models.qwen3.model", "Qwen3Model.Config", "models.qwen3_decoder sets them",
              fields=("vocab_size", "dim", "norm", "enable_weight_tying", "tok_embeddings", "lm_head", "layers"),
              attributes=("traverse", "build", "update_from_config", "get_nparams_and_flops")),
     ApiEntry("torchtitan.models.qwen3", "_build_qwen3_layers", "the native recipe and numerics.py call it",
@@ -116,15 +116,15 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
     ApiEntry("torchtitan.models.qwen3", "_build_qwen3_moe_layers", "the MoE recipe and numerics.py call it",
              parameters=("fuse_qkv", "n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "moe_hidden_dim",
                          "num_experts", "top_k", "attn_backend", "moe_comm_backend", "rope"), since=PRIVATE),
-    ApiEntry("torchtitan.models.qwen3", "_qwen3_norm", "recipes.qwen3_decoder calls it", parameters=("dim",),
+    ApiEntry("torchtitan.models.qwen3", "_qwen3_norm", "models.qwen3_decoder calls it", parameters=("dim",),
              since=PRIVATE),
-    *(ApiEntry("torchtitan.models.qwen3", name, "recipes.qwen3_decoder uses it", since=PRIVATE)
+    *(ApiEntry("torchtitan.models.qwen3", name, "models.qwen3_decoder uses it", since=PRIVATE)
       for name in ("_EMBEDDING_INIT", "_EMBEDDING_SKIP_INIT", "_LINEAR_INIT")),
     ApiEntry("torchtitan.models.qwen3.state_dict_adapter", "Qwen3StateDictAdapter", "export_reload.py loads "
              "the export with it", attributes=("from_hf",)),
-    ApiEntry("torchtitan.models.common", "Embedding.Config", "recipes.qwen3_decoder sets them",
+    ApiEntry("torchtitan.models.common", "Embedding.Config", "models.qwen3_decoder sets them",
              fields=("num_embeddings", "embedding_dim", "param_init")),
-    ApiEntry("torchtitan.models.common", "Linear.Config", "recipes.qwen3_decoder sets them",
+    ApiEntry("torchtitan.models.common", "Linear.Config", "models.qwen3_decoder sets them",
              fields=("in_features", "out_features", "param_init")),
     ApiEntry("torchtitan.models.common", "CosSinRoPE.Config", "the recipes and numerics.py set them",
              fields=("dim", "max_seq_len", "theta")),

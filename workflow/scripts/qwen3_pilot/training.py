@@ -1,7 +1,7 @@
 """Stages `train_native` and `train_hf`: one recipe for N steps from the fetched weights, a random-init
 control on the same first batch, and the gate that the weights loaded.
 
-Torch-free: the training happens in torchrun's processes (qwen3_pilot.train_entry + recipes.py); this
+Torch-free: the training happens in torchrun's processes (qwen3_pilot.in_ranks: train_entry and recipes); this
 module writes the recipe, launches, and judges what the run measured.
 """
 
@@ -17,7 +17,6 @@ from typing import Any
 from .artifacts import write_json
 from .backends import Backend
 from .launch import Launch, failure_cause, run_torchrun, stop_orphans
-from .parity import read_checkpoint_values
 from .summary import record_measured
 
 CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
@@ -100,8 +99,8 @@ def trainer_launch(
 ) -> tuple[list[str], dict[str, str]]:
     """The torchrun command of one trainer launch and the environment it adds (the preflight prints these)."""
     command = backend.torchrun_command(
-        python, nproc, "qwen3_pilot.train_entry",
-        ["--module", "qwen3_pilot.recipes", "--config", config_function, "--dump_folder", str(run_dir), *overrides],
+        python, nproc, "qwen3_pilot.in_ranks.train_entry",
+        ["--module", "qwen3_pilot.in_ranks.recipes", "--config", config_function, "--dump_folder", str(run_dir), *overrides],
         rank_log_dir=rank_log_dir,
     )
     return command, {**backend.launcher_env, RECIPE_ENV: str(recipe_path.resolve())}
@@ -315,138 +314,3 @@ def replacement_proves(replacements: dict[str, Any] | None) -> str:
     return (f" The trainer built the model with its kernel replacements, one per targeted layer as the launch log "
             f"shows: {kernels}; its per-step losses match the same run without them within "
             f"{agreement['tolerance']} (largest difference {agreement['max_abs_loss_diff']:.3g}).")
-
-
-def train_stage(
-    *, stage: str, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], kernels: dict[str, Any],
-    cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
-    control_dir: Path, plain_dir: Path | None, summary_path: Path, log_path: Path,
-) -> dict[str, Any]:
-    from .summary import StageSummary
-
-    backend = usable_backend(stage, backend_config, cache_root)
-    checkpoint = read_checkpoint_values(checkpoint_dir)  # config.json problems fail before any launch
-    peak = ranks_peak_flops(ranks_summary)
-    parity_path = recipe_path.with_name("parity.json")
-    parity_path.unlink(missing_ok=True)
-    recipe = write_recipe(
-        recipe_path, stage=stage, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir,
-        dataset=dataset, training=training, peak_flops_per_rank=peak, parity_path=parity_path,
-        replacements=kernels["rules"], lnc=backend_config["neuron"]["lnc"],
-    )
-    runs: dict[str, Launch] = {}
-    steps: dict[str, list[dict[str, Any]]] = {}
-    for name, folder, overrides, expected in (
-        ("fetched weights", run_dir, (), training["steps"]),
-        ("random-init control", control_dir, CONTROL_OVERRIDES, 1),
-    ):
-        runs[name], steps[name] = launch_and_read(
-            f"{stage} ({name})", backend, config_function=CONFIG_FUNCTIONS[stage], recipe_path=recipe_path,
-            run_dir=folder, log_path=log_path, parity_path=parity_path, expected_steps=expected, overrides=overrides,
-        )
-
-    loaded, control = steps["fetched weights"], steps["random-init control"]
-    gate_config = {**training["gate"], "control_above_ln_vocab": training["gate"]["control_above_ln_vocab"][recipe_key(stage)]}
-    gate, problems = loaded_weights_gate(loaded[0]["loss"], control[0]["loss"], checkpoint["vocab_size"], gate_config)
-    record_measured(gate=gate, steps=loaded, control_steps=control)
-    if problems:
-        raise TrainingError(f"{stage}: loaded-weights gate failed:\n  - " + "\n  - ".join(problems))
-    exported = export_files(run_dir, training["steps"])
-    if not any(p.suffix == ".safetensors" for p in exported):
-        raise TrainingError(f"{stage}: no safetensors export in {export_dir(run_dir, training['steps'])}")
-    parity = json.loads(parity_path.read_text())
-    built_layers = next(row["built"] for row in parity["rows"] if row["field"] == "num_hidden_layers")
-    replacements = replaced_against_plain(
-        stage, backend, config_function=CONFIG_FUNCTIONS[stage], recipe=recipe, recipe_path=recipe_path,
-        run=runs["fetched weights"], steps=loaded, plain_dir=plain_dir, log_path=log_path, parity_path=parity_path,
-        kernels=kernels, n_layers=built_layers,
-    )
-    steady = [s for s in loaded if s["step"] > 1]
-    summary = StageSummary(
-        stage=stage,
-        status="pass",
-        backend=backend.name,
-        figures={
-            "steps_trained": len(loaded),
-            "ranks": backend.expected_ranks,
-            "gate": gate,
-            "parity": parity["rows"],
-            "final_loss": loaded[-1]["loss"],
-            "mean_step_time_s_after_step_1": _mean(s["step_time_s"] for s in steady),
-            "mean_tokens_per_s_after_step_1": _mean(s["tokens_per_s"] for s in steady),
-            "mean_mfu_pct_after_step_1": _mean(s["mfu_pct"] for s in steady),
-            "peak_memory_gib": max(s["peak_memory_gib"] for s in loaded),
-            "peak_flops_per_rank": peak,
-            "peak_flops_source": backend.peak_flops_source,
-            "launch_wall_s": {name: round(run.wall_s, 2) for name, run in runs.items()},
-            "steps": loaded,
-            "control_steps": control,
-            "export_dir": export_dir(run_dir, training["steps"]).as_posix(),
-            "kernel_replacements": replacements or "none configured (kernels." + stage + ")",
-        },
-        proves=(
-            f"torchtitan's trainer ran {len(loaded)} steps of this recipe with FSDP over {backend.expected_ranks} "
-            f"{backend.dist_backend} ranks from the fetched weights, every loss finite, and wrote a Hugging Face "
-            f"safetensors export. Its step-1 loss ({gate['step1_loss_loaded']:.4f}) is {gate['gap']:.2f} nats below "
-            f"a random-init control on the same batch ({gate['step1_loss_random_init']:.4f}; ln vocab "
-            f"{gate['ln_vocab']:.2f}): the weights loaded. The model matches config.json on every parity field "
-            "(or on an accepted difference, listed with its reason)."
-            + replacement_proves(replacements)
-        ),
-        does_not_prove=(
-            "That training improves the model: 10 steps on a small corpus say nothing about convergence, and a "
-            "loss falling over them can be memorisation of a few batches. MFU is against "
-            + ("a measured CPU matmul peak, not an accelerator's peak; " if backend.name == "cpu" else "the published peak; ")
-            + "throughput here predicts nothing about another backend."
-            + (" These were tiny models on CPU ranks, not Qwen3-4B on a trn2." if backend.name == "cpu" else "")
-        ),
-    )
-    plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []
-    summary.add_artifacts([recipe_path, parity_path, run_dir / METRICS_FILE, control_dir / METRICS_FILE, *plain, *exported])
-    return summary.write(summary_path)
-
-
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
-def compare_recipes_stage(
-    *, hf_summary: Path, native_summary: Path, tolerance: float, backend: str, summary_path: Path
-) -> dict[str, Any]:
-    from .summary import StageSummary
-
-    hf = json.loads(hf_summary.read_text())["figures"]["gate"]
-    native = json.loads(native_summary.read_text())["figures"]["gate"]
-    difference = abs(hf["step1_loss_loaded"] - native["step1_loss_loaded"])
-    figures = {
-        "step1_loss_train_hf": hf["step1_loss_loaded"],
-        "step1_loss_train_native": native["step1_loss_loaded"],
-        "abs_difference": difference,
-        "tolerance": tolerance,
-        "random_init_train_hf": hf["step1_loss_random_init"],
-        "random_init_train_native": native["step1_loss_random_init"],
-    }
-    if not difference <= tolerance:
-        raise TrainingError(
-            f"compare_recipes: step-1 losses differ by {difference:.6f} (train_hf {hf['step1_loss_loaded']:.6f}, "
-            f"train_native {native['step1_loss_loaded']:.6f}); training.recipe_agreement_tolerance = {tolerance}"
-        )
-    summary = StageSummary(
-        stage="compare_recipes",
-        status="pass",
-        backend=backend,
-        figures=figures,
-        proves=(
-            f"On the same weights and first batch the Transformers-backend model and torchtitan's native Qwen3 "
-            f"give the same step-1 loss within {tolerance} nats (difference {difference:.2e}): the native model, "
-            "its weight conversion and its loss compute what the reference implementation computes."
-        ),
-        does_not_prove=(
-            "That the recipes agree after the first optimizer step or in another dtype: they lay out parameters "
-            "differently (fused QKV in the native model), so rounding differences can grow over steps. The "
-            "random-init controls are expected to differ: each recipe has its own initialiser."
-        ),
-    )
-    summary.add_artifacts([hf_summary, native_summary])
-    return summary.write(summary_path)

@@ -15,7 +15,7 @@ from typing import Any
 
 from torchtitan.components.metrics import BaseLogger, LoggerContainer, MetricsProcessor
 
-from .training import METRICS_FILE
+from ..training import METRICS_FILE
 
 
 class JsonlLogger(BaseLogger):
@@ -62,7 +62,7 @@ def recording_router_load(post_optimizer_build_fn, path: str):
     import torch.distributed as dist
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl
 
-    from .backends import collective_count_dtype
+    from ..backends import collective_count_dtype
 
     def build(optimizers, model_parts, parallel_dims):
         steps = {"seen": 0}

@@ -1,6 +1,6 @@
 """Trainer entry point for torchrun: the backend's preparation and kernels, then torchtitan's own main().
 
-    python -m torch.distributed.run ... -m qwen3_pilot.train_entry --module qwen3_pilot.recipes --config F ...
+    python -m torch.distributed.run ... -m qwen3_pilot.in_ranks.train_entry --module qwen3_pilot.in_ranks.recipes --config F ...
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ import os
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from .backends import backend_module
-from .lifetime import die_with_parent
+from ..backends import backend_module
+from ..lifetime import die_with_parent
+from ..titan_api import check_torchtitan_api
 from .recipes import load_recipe
-from .titan_api import check_torchtitan_api
+
 
 @record  # a failing rank writes its exception to torchrun's error file; launch.py reads it
 def main() -> None:

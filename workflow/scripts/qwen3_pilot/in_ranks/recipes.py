@@ -1,6 +1,6 @@
 """The two 4B recipes as torchtitan config functions, for torchtitan's `--module/--config` API:
 
-    torchrun ... -m qwen3_pilot.train_entry --module qwen3_pilot.recipes --config qwen3_native \
+    torchrun ... -m qwen3_pilot.in_ranks.train_entry --module qwen3_pilot.in_ranks.recipes --config qwen3_native \
         --dump_folder RUN [torchtitan overrides]
 
 Both read their settings (checkpoint, corpus, steps, batch, MFU peak ...) from the JSON file named by
@@ -16,8 +16,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .parity import check_parity, read_checkpoint_values
-from .training import RECIPE_ENV
+from ..models import (
+    hf_model_values,
+    native_model_from_checkpoint,
+    native_model_values,
+    reduced_moe_model,
+    set_attention,
+)
+from ..parity import check_parity, read_checkpoint_values
+from ..training import RECIPE_ENV
 
 
 def load_recipe() -> dict[str, Any]:
@@ -38,80 +45,15 @@ def _parity_out(recipe: dict[str, Any]) -> Path | None:
 # ---- native: torchtitan's own Qwen3 model, sized from config.json ----
 
 
-def qwen3_decoder(*, dim: int, vocab: int, tied: bool, layers: list):
-    """torchtitan's Qwen3Model.Config around a list of block configs, initialised as torchtitan's flavors are."""
-    from torchtitan.models.common import Embedding, Linear
-    from torchtitan.models.qwen3 import _EMBEDDING_INIT, _EMBEDDING_SKIP_INIT, _LINEAR_INIT, _qwen3_norm
-    from torchtitan.models.qwen3.model import Qwen3Model
-
-    return Qwen3Model.Config(
-        vocab_size=vocab,
-        dim=dim,
-        norm=_qwen3_norm(dim),
-        enable_weight_tying=tied,
-        tok_embeddings=Embedding.Config(
-            num_embeddings=vocab, embedding_dim=dim, param_init=_EMBEDDING_SKIP_INIT if tied else _EMBEDDING_INIT
-        ),
-        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=_LINEAR_INIT),
-        layers=layers,
-    )
-
-
-def native_model_from_checkpoint(hf: dict[str, Any]):
-    """A torchtitan Qwen3Model.Config with every size taken from the checkpoint's config values
-    (`parity.checkpoint_values`), built with torchtitan's own Qwen3 builders."""
-    from torchtitan.models.common import CosSinRoPE
-    from torchtitan.models.common.nn_modules import RMSNorm
-    from torchtitan.models.qwen3 import _build_qwen3_layers
-
-    dim, head_dim = hf["hidden_size"], hf["head_dim"]
-    model = qwen3_decoder(
-        dim=dim,
-        vocab=hf["vocab_size"],
-        tied=hf["tie_word_embeddings"],
-        layers=_build_qwen3_layers(
-            fuse_qkv=True,
-            n_layers=hf["num_hidden_layers"],
-            dim=dim,
-            n_heads=hf["num_attention_heads"],
-            n_kv_heads=hf["num_key_value_heads"],
-            head_dim=head_dim,
-            hidden_dim=hf["intermediate_size"],
-            attn_backend="flex",  # replaced by use_sdpa(); get_attention_config("sdpa") raises in 0.3.0
-            rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=hf["max_position_embeddings"], theta=hf["rope_theta"]),
-        ),
-    )
-    # _qwen3_norm hard-codes eps=1e-6; the checkpoint's value wins.
-    for _, norm, _, _ in model.traverse(RMSNorm.Config):
-        norm.eps = hf["rms_norm_eps"]
-    return model
-
-
-def use_sdpa(model) -> None:
-    """SDPA (causal) in every layer: flex attention has no backward on CPU and compiles with inductor and
-    Triton, which Trainium has neither of; the seed recipe makes the same choice there."""
-    from torchtitan.models.common.attention import ScaledDotProductAttention
-
-    for layer in model.layers:
-        layer.attention.inner_attention = ScaledDotProductAttention.Config()
-
-
-def set_attention(model, recipe: dict[str, Any]) -> None:
-    """config training.attention: "sdpa" (every backend's default) or torchtitan's own "flex"."""
-    if recipe["attention"] == "sdpa":
-        use_sdpa(model)
-
-
 def use_sdpa_in_hf_backend() -> None:
     """The transformers backend's SDPA: torchtitan's transformers backend registers a flex-attention function
     under "flex_torchtitan" in transformers' AttentionInterface and builds a flex BlockMask per batch (on
     CPU: "NotImplementedError: FlexAttention does not support backward on CPU"; on neuron flex needs
     inductor and Triton). This calls transformers' SDPA path, causal and without a document mask: the
     native recipe's SDPA semantics."""
+    import torchtitan.experiments.transformers_modeling_backend.model as hf_backend
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.modeling_utils import AttentionInterface
-
-    import torchtitan.experiments.transformers_modeling_backend.model as hf_backend
 
     def sdpa_attention(module, query, key, value, attention_mask, **kwargs):
         kwargs.pop("is_causal", None)
@@ -122,36 +64,12 @@ def use_sdpa_in_hf_backend() -> None:
     hf_backend.HFTransformerModel.get_attention_masks = lambda self, positions: None
 
 
-def native_model_values(model) -> dict[str, Any]:
-    """The parity fields read back from a built torchtitan Qwen3 config (not from what was asked for)."""
-    from torchtitan.models.common.nn_modules import RMSNorm
-
-    def per_layer(get):
-        values = {get(layer) for layer in model.layers}
-        return values.pop() if len(values) == 1 else sorted(values)
-
-    eps = {norm.eps for _, norm, _, _ in model.traverse(RMSNorm.Config)}
-    return {
-        "vocab_size": model.vocab_size,
-        "hidden_size": model.dim,
-        "num_hidden_layers": len(model.layers),
-        "num_attention_heads": per_layer(lambda l: l.attention.n_heads),
-        "num_key_value_heads": per_layer(lambda l: l.attention.n_kv_heads),
-        "head_dim": per_layer(lambda l: l.attention.head_dim),
-        "intermediate_size": per_layer(lambda l: l.feed_forward.w1.out_features),
-        "rope_theta": per_layer(lambda l: float(l.attention.rope.theta)),
-        "rms_norm_eps": eps.pop() if len(eps) == 1 else sorted(eps),
-        "tie_word_embeddings": bool(model.enable_weight_tying),
-        "max_position_embeddings": per_layer(lambda l: l.attention.rope.max_seq_len),
-    }
-
-
 def native_model_spec(recipe: dict[str, Any]):
     """torchtitan's Qwen3 ModelSpec (parallelize fn, HF state-dict adapter) around the checkpoint's model,
     or around a registered flavor when the config names one; checked field by field against config.json."""
     from torchtitan.models.qwen3 import model_registry
 
-    from .replacement import apply_converters
+    from ..replacement import apply_converters
 
     hf = read_checkpoint_values(Path(recipe["checkpoint"]))
     flavor = recipe.get("native_flavor")
@@ -169,30 +87,12 @@ def native_model_spec(recipe: dict[str, Any]):
 
 def recipe_converters(recipe: dict[str, Any]) -> list:
     """The kernel replacements the recipe names (config key kernels.<stage>), as torchtitan converters."""
-    from .replacement import kernel_converters
+    from ..replacement import kernel_converters
 
     return kernel_converters(recipe.get("replacements", []), recipe.get("lnc"))
 
 
 # ---- Transformers backend: the HF model class built by Transformers v5 from config.json ----
-
-
-def hf_model_values(hf_config) -> dict[str, Any]:
-    """The parity fields of the transformers config the HF backend actually built its model from."""
-    parameters = getattr(hf_config, "rope_parameters", None) or {}
-    return {
-        "vocab_size": hf_config.vocab_size,
-        "hidden_size": hf_config.hidden_size,
-        "num_hidden_layers": hf_config.num_hidden_layers,
-        "num_attention_heads": hf_config.num_attention_heads,
-        "num_key_value_heads": hf_config.num_key_value_heads,
-        "head_dim": hf_config.head_dim,
-        "intermediate_size": hf_config.intermediate_size,
-        "rope_theta": float(parameters.get("rope_theta", getattr(hf_config, "rope_theta", float("nan")))),
-        "rms_norm_eps": hf_config.rms_norm_eps,
-        "tie_word_embeddings": bool(hf_config.tie_word_embeddings),
-        "max_position_embeddings": hf_config.max_position_embeddings,
-    }
 
 
 def check_hf_backend_build(recipe: dict[str, Any]) -> None:
@@ -294,11 +194,10 @@ def qwen3_native():
 
 def qwen3_hf():
     """torchtitan's transformers-backend fine-tuning recipe ('full' flavor: config.json's sizes win)."""
+    import torchtitan.experiments.transformers_modeling_backend.model as hf_backend
     from torchtitan.experiments.transformers_modeling_backend.config_registry import (
         transformers_modeling_backend_full,
     )
-
-    import torchtitan.experiments.transformers_modeling_backend.model as hf_backend
 
     recipe = load_recipe()
     # torchtitan 0.3.0's transformers backend loads the config with trust_remote_code=True for every
@@ -315,41 +214,6 @@ def qwen3_hf():
 # ---- the reduced MoE: Qwen3-30B-A3B's architecture with fewer layers and experts, from random init ----
 
 
-def reduced_moe_model(moe: dict[str, Any]):
-    """Qwen3-30B-A3B's block (GQA with q/k norm, softmax top-k router with route norm, no shared experts,
-    untied head) built with torchtitan's MoE builder at the widths and counts the config gives."""
-    from torchtitan.models.common import CosSinRoPE
-    from torchtitan.models.qwen3 import _build_qwen3_moe_layers
-
-    dim, head_dim = moe["dim"], moe["head_dim"]
-    return qwen3_decoder(
-        dim=dim,
-        vocab=moe["vocab_size"],
-        tied=False,
-        layers=_build_qwen3_moe_layers(
-            fuse_qkv=True,
-            n_layers=moe["layers"],
-            dim=dim,
-            n_heads=moe["n_heads"],
-            n_kv_heads=moe["n_kv_heads"],
-            head_dim=head_dim,
-            moe_hidden_dim=moe["moe_hidden_dim"],
-            num_experts=moe["experts"],
-            top_k=moe["top_k"],
-            attn_backend="flex",  # replaced by use_sdpa(), as in the native recipe
-            moe_comm_backend="standard",  # no expert parallelism
-            rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=moe["max_seq_len"], theta=moe["rope_theta"]),
-        ),
-    )
-
-
-def count_parameters(model_config) -> int:
-    import torch
-
-    with torch.device("meta"):
-        return sum(p.numel() for p in model_config.build().parameters())
-
-
 def qwen3_moe_reduced():
     """torchtitan's qwen3_32b recipe with the reduced MoE in place of the 32B model, trained from random
     init (there are no reduced weights to load) with the router's load recorded per step."""
@@ -359,7 +223,7 @@ def qwen3_moe_reduced():
     from torchtitan.models.qwen3 import model_registry
     from torchtitan.models.qwen3.config_registry import qwen3_32b
 
-    from .replacement import apply_converters
+    from ..replacement import apply_converters
     from .titan_metrics import recording_router_load
 
     recipe = load_recipe()

@@ -1,0 +1,118 @@
+"""Stage moe_reduced: the reduced Qwen3 MoE trained with its kernels replaced, its router load, and the same run without the replacements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..moe import ROUTER_LOAD_FILE, STAGE, model_spec, router_load
+from ..parity import read_checkpoint_values
+from ..summary import record_measured
+from ..training import (
+    CONFIG_FUNCTIONS,
+    METRICS_FILE,
+    PLAIN_RECIPE,
+    TrainingError,
+    launch_and_read,
+    ranks_peak_flops,
+    replaced_against_plain,
+    replacement_proves,
+    usable_backend,
+    write_recipe,
+)
+
+
+def run(
+    *, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], moe: dict[str, Any],
+    kernels: dict[str, Any], cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path,
+    recipe_path: Path, run_dir: Path, plain_dir: Path, summary_path: Path, log_path: Path,
+) -> dict[str, Any]:
+    from ..models import count_parameters, reduced_moe_model
+    from ..summary import StageSummary
+
+    backend = usable_backend(STAGE, backend_config, cache_root)
+    # The tokenizer comes with the fetched checkpoint, so the vocabulary does too.
+    vocab_size = read_checkpoint_values(checkpoint_dir)["vocab_size"]
+    trained_spec = model_spec(moe, moe["width"], vocab_size, training["seq_len"])
+    full = moe["full_width"]
+    # The reduced spec (moe.layers, moe.experts) at Qwen3-30B-A3B's widths; full_width's own layer and
+    # expert counts are the published model's, for the prose.
+    widths = {k: v for k, v in full.items() if k not in ("vocab_size", "expected_params", "layers", "experts")}
+    full_spec = model_spec(moe, widths, full["vocab_size"], training["seq_len"])
+    full_params = count_parameters(reduced_moe_model(full_spec))  # on the meta device: nothing allocated
+    if full_params != full["expected_params"]:
+        raise TrainingError(f"{STAGE}: the full-width reduced spec has {full_params:,} parameters; "
+                            f"moe.full_width.expected_params = {full['expected_params']:,}")
+    trained_params = count_parameters(reduced_moe_model(trained_spec))
+    parity_path = recipe_path.with_name("parity.json")  # unused by this recipe; launch_failure looks for it
+    recipe = write_recipe(
+        recipe_path, stage=STAGE, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
+        training=training, peak_flops_per_rank=ranks_peak_flops(ranks_summary), parity_path=parity_path,
+        replacements=kernels["rules"], lnc=backend_config["neuron"]["lnc"],
+        moe=trained_spec, router_load_path=str((run_dir / ROUTER_LOAD_FILE).resolve()),
+    )
+    run, steps = launch_and_read(
+        STAGE, backend, config_function=CONFIG_FUNCTIONS[STAGE], recipe_path=recipe_path, run_dir=run_dir,
+        log_path=log_path, parity_path=parity_path, expected_steps=training["steps"],
+    )
+    load, problems = router_load(run_dir / ROUTER_LOAD_FILE, training["global_batch_size"] * training["seq_len"],
+                                 moe["top_k"])
+    record_measured(steps=steps, router_load=load)
+    if problems:
+        raise TrainingError(f"{STAGE}: router load:\n  - " + "\n  - ".join(problems))
+    # The plain run records its router load elsewhere: it must not add to this run's.
+    recipe = {**recipe, "router_load_path": str((plain_dir / ROUTER_LOAD_FILE).resolve())}
+    replacements = replaced_against_plain(
+        STAGE, backend, config_function=CONFIG_FUNCTIONS[STAGE], recipe=recipe, recipe_path=recipe_path, run=run,
+        steps=steps, plain_dir=plain_dir, log_path=log_path, parity_path=parity_path, kernels=kernels,
+        n_layers=moe["layers"],
+    )
+    full_width_trained = trained_params == full_params
+    summary = StageSummary(
+        stage=STAGE,
+        status="pass",
+        backend=backend.name,
+        figures={
+            "model": trained_spec,
+            "parameters": trained_params,
+            "full_width_parameters": full_params,
+            "full_width_trained": full_width_trained,
+            "ranks": backend.expected_ranks,
+            "parallelism": "FSDP over all ranks, tensor parallel 1, no expert parallelism, SDPA attention, eager",
+            "steps_trained": len(steps),
+            "first_loss": steps[0]["loss"],
+            "final_loss": steps[-1]["loss"],
+            "peak_memory_gib": max(s["peak_memory_gib"] for s in steps),
+            "launch_wall_s": round(run.wall_s, 2),
+            "router_load": load,
+            "steps": steps,
+            "kernel_replacements": replacements or f"none configured (kernels.{STAGE})",
+        },
+        notes=[
+            "REDUCED MODEL: Qwen3-30B-A3B's architecture cut to "
+            f"{moe['layers']} layers and {moe['experts']} experts (top-{moe['top_k']})"
+            + ("" if full_width_trained else ", at tiny widths on this backend")
+            + ", trained from random init. This is not a Qwen3-30B-A3B training result."
+        ],
+        proves=(
+            f"torchtitan's trainer runs the Qwen3 MoE block (softmax top-{moe['top_k']} router, grouped experts, "
+            f"load-balancing hook) for {len(steps)} steps with FSDP over {backend.expected_ranks} "
+            f"{backend.dist_backend} ranks, every loss finite; every step routed each token to exactly "
+            f"{moe['top_k']} experts in every layer; the full-width spec has {full_params:,} parameters."
+            + replacement_proves(replacements)
+        ),
+        does_not_prove=(
+            f"Anything about training Qwen3-30B-A3B: {moe['layers']} of {moe['full_width']['layers']} layers, "
+            f"{moe['experts']} of {moe['full_width']['experts']} experts, random init, {len(steps)} steps. It does "
+            f"not exercise expert parallelism, and the router load after {len(steps)} steps from random init says "
+            "nothing about the load of a trained router."
+            + ("" if full_width_trained else " The widths trained here are tiny; only the parameter count was "
+               "taken at full width.")
+            + (" The experts' replacement runs torch._grouped_mm, as torchtitan's GroupedExperts does, on every "
+               "backend: its loss agreement checks the replacement itself (config swap, shared weights, dtype), "
+               "not a different kernel." if replacements and "moe_grouped_experts" in replacements["per_kernel"] else "")
+        ),
+    )
+    plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []
+    summary.add_artifacts([recipe_path, run_dir / METRICS_FILE, run_dir / ROUTER_LOAD_FILE, *plain])
+    return summary.write(summary_path)
