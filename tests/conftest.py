@@ -57,6 +57,19 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
     return jobs
 
 
+def default_config(*overlays: dict) -> dict:
+    """config/config.yaml with `overlays` laid over it (as --configfile does) and the schema's defaults filled in."""
+    from snakemake.utils import validate
+
+    from qwen3_pilot.config import deep_update
+
+    config = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
+    for overlay in overlays:
+        config = deep_update(config, overlay)
+    validate(config, str(PROJECT / "workflow" / "schemas" / "config.schema.yaml"))
+    return config
+
+
 def planned_stages(result: subprocess.CompletedProcess) -> set[str]:
     """The stages a dry run plans, from its job blocks ("rule train:" ... "wildcards: recipe=train_hf")."""
     from qwen3_pilot.report import stage_of_job

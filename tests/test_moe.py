@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from qwen3_pilot.moe import router_load
 
@@ -58,10 +59,13 @@ def test_kernel_numerics_on_neuron_fails_at_once_naming_the_missing_packages(tmp
     assert not (tmp_path / "numerics.json").exists() and not (tmp_path / "summary.json").exists()
 
 
-def test_the_neuron_numerics_settings_ask_float32_to_be_exact_and_derive_the_bfloat16_bound():
-    from qwen3_pilot.numerics import BACKEND_SETTINGS, bf16_stepwise_rope_bound
+def test_the_trn2_numerics_settings_ask_float32_to_be_exact_and_derive_the_bfloat16_bound():
+    from conftest import PROJECT, default_config
 
-    neuron = BACKEND_SETTINGS["neuron"]
-    assert neuron["device"] == "neuron" and neuron["rope"]["tolerances"] == {"float32": 0.0, "bfloat16": "bf16_stepwise"}
+    from qwen3_pilot.numerics import bf16_stepwise_rope_bound
+
+    trn2 = default_config(yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text()))["kernel_numerics"]
+    assert trn2["rope"]["tolerances"] == {"float32": 0.0, "bfloat16": "bf16_stepwise"}
+    assert trn2["compile"]["models"] == [] and trn2["rope"]["shapes"] == default_config()["kernel_numerics"]["rope"]["shapes"]
     # (4 + 2 sqrt 2) x 2^-8 x M: about 0.027 M; for unit-normal inputs that reach 5, about 0.13.
     assert bf16_stepwise_rope_bound(5.0) == pytest.approx(0.1334, abs=1e-4)

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import default_config
 
 torch = pytest.importorskip("torch")
 
 from qwen3_pilot import numerics  # noqa: E402
+from qwen3_pilot.config import deep_update  # noqa: E402
 from qwen3_pilot.kernels import parse_replacement_lines  # noqa: E402
 from qwen3_pilot.kernels import rope as rope_kernel  # noqa: E402
 from qwen3_pilot.kernels.moe import grouped_experts_swiglu  # noqa: E402
@@ -21,8 +23,9 @@ ROPE_SHAPES = [
 ]
 MOE_SHAPES = [{"tokens": 64, "dim": 32, "hidden": 16, "experts": 4}]
 DTYPES = ["float32", "bfloat16"]
-ROPE_TOLERANCES = numerics.DEFAULTS["rope"]["tolerances"]
-MOE_TOLERANCES = numerics.DEFAULTS["moe"]["tolerances"]
+NUMERICS = default_config()["kernel_numerics"]  # the schema's defaults
+ROPE_TOLERANCES = NUMERICS["rope"]["tolerances"]
+MOE_TOLERANCES = NUMERICS["moe"]["tolerances"]
 
 
 def sign_flipped_rope(q, k, cos, sin, lnc=None):
@@ -154,7 +157,7 @@ SMALL_TRAIN = {"steps": 2, "batch": 1}
 
 
 def test_training_through_a_wrong_rope_is_reported():
-    train = numerics.merged_config({"train": SMALL_TRAIN})["train"]
+    train = deep_update(NUMERICS, {"train": SMALL_TRAIN})["train"]
     train["moe"]["layers"] = 1
     trained = numerics.replaced_model_trains(train, lnc=2, log=lambda line: None, rope_apply=sign_flipped_rope)
     assert trained["trains"]["dense"]["verdict"] == "fail"
@@ -162,12 +165,12 @@ def test_training_through_a_wrong_rope_is_reported():
 
 
 def test_kernel_numerics_on_a_small_config(tmp_path, capfd):
-    config = {
+    config = deep_update(NUMERICS, {
         "rope": {"shapes": ROPE_SHAPES[1:]},
         "moe": {"shapes": MOE_SHAPES},
         "train": SMALL_TRAIN,
         "compile": {"backend": "aot_eager", "cache_dir": str(tmp_path / "inductor")},
-    }
+    }) | {"lnc": 2, "device": "cpu"}
     lines: list[str] = []
     result = numerics.kernel_numerics(config, log=lines.append)
 
@@ -175,7 +178,7 @@ def test_kernel_numerics_on_a_small_config(tmp_path, capfd):
     assert set(result) == {"device", "implementations", "rope", "moe", "seq_len_rule", "replacement_counts", "trains",
                            "compile", "problems"}
     assert result["device"] == "cpu" and result["implementations"]["rope_hf"].startswith("PyTorch")
-    layers = numerics.DEFAULTS["train"]["dense"]["layers"]
+    layers = NUMERICS["train"]["dense"]["layers"]
     assert result["replacement_counts"] == {
         "dense": {"rope_hf": layers}, "moe": {"rope_hf": layers, "moe_grouped_experts": layers},
     }
@@ -190,6 +193,8 @@ def test_kernel_numerics_on_a_small_config(tmp_path, capfd):
     json.dumps(result)
 
 
-def test_an_unknown_override_is_refused_with_its_path():
-    with pytest.raises(ValueError, match=r"kernel_numerics.rope.tolerance: unknown key"):
-        numerics.merged_config({"rope": {"tolerance": 1e-3}})
+def test_an_unknown_setting_is_refused_by_the_schema_with_its_key():
+    from snakemake.exceptions import WorkflowError
+
+    with pytest.raises(WorkflowError, match=r"'tolerance' was unexpected"):
+        default_config({"kernel_numerics": {"rope": {"tolerance": 1e-3}}})

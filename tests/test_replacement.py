@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from conftest import default_config
 
 torch = pytest.importorskip("torch")
 
@@ -22,8 +23,8 @@ from qwen3_pilot.replacement import (  # noqa: E402
 )
 
 SEQ_LEN = 256
-DENSE = numerics.DEFAULTS["train"]["dense"]
-MOE = numerics.DEFAULTS["train"]["moe"]
+DENSE = default_config()["kernel_numerics"]["train"]["dense"]
+MOE = default_config()["kernel_numerics"]["train"]["moe"]
 
 
 @pytest.fixture

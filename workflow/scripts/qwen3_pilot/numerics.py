@@ -6,15 +6,11 @@ Every function returns plain JSON-serialisable data; `kernel_numerics(config)` r
 every check that failed under "problems". The implementations under test are parameters, so a test can
 hand in a wrong one and see the check fail.
 
-Config keys (`kernel_numerics`), each optional (DEFAULTS fills the rest; BACKEND_SETTINGS what differs on a
-backend's device):
-  lnc: the neuron LNC whose sequence rule the models and the rule check enforce
-  device: where the harness runs (the stage sets the backend's device; its kernels are installed first)
-  rope / moe: {shapes: [...], dtypes: ["float32", "bfloat16"], tolerances: {dtype: max abs diff}}
-    (a RoPE tolerance "bf16_stepwise" is derived per shape, see bf16_stepwise_rope_bound)
-  train: {steps, seed, batch, seq_len, lr, loss_tolerance, dense: {...sizes}, moe: {...sizes}}
-  compile: {backend: "auto" | "inductor" | "aot_eager" | "eager", models: ["dense", "moe"],
-            tolerances: {model: max abs diff}, cache_dir}
+Settings: config `kernel_numerics` (every key and its default, with the reasons, in the config schema:
+rope and moe shapes, dtypes and tolerances, the tiny models trained, torch.compile's check; a RoPE tolerance
+"bf16_stepwise" is derived per shape, see bf16_stepwise_rope_bound), plus what the stage adds: `lnc` (the
+neuron LNC whose sequence rule the models and the rule check enforce), `device` (the backend's; its kernels
+are installed first) and `compile.cache_dir`.
 """
 
 from __future__ import annotations
@@ -29,68 +25,6 @@ import time
 from typing import Any, Callable, Iterator
 
 _log = logging.getLogger(__name__)
-
-DEFAULTS: dict[str, Any] = {
-    "lnc": 2,
-    # Where the harness runs: the backend's device ("neuron" on trn2, with the NKI kernels installed).
-    "device": "cpu",
-    "rope": {
-        # Seq lens are multiples of 256 (128 x LNC=2); the second shape is grouped-query (4 q heads per kv head).
-        "shapes": [
-            {"batch": 2, "seq": 256, "heads": 4, "kv_heads": 4, "head_dim": 64},
-            {"batch": 1, "seq": 512, "heads": 8, "kv_heads": 2, "head_dim": 128},
-            {"batch": 1, "seq": 256, "heads": 16, "kv_heads": 8, "head_dim": 128},
-        ],
-        "dtypes": ["float32", "bfloat16"],
-        # bfloat16: one ulp at |value| in [4, 8), the largest the unit-normal inputs reach; room for a kernel
-        # that rounds cos/sin to bfloat16 before it multiplies (the NKI kernel loads them in q's dtype).
-        "tolerances": {"float32": 1e-6, "bfloat16": 3.2e-2},
-        "theta": 1000000.0,
-    },
-    "moe": {
-        "shapes": [
-            {"tokens": 128, "dim": 64, "hidden": 32, "experts": 4},
-            {"tokens": 256, "dim": 128, "hidden": 64, "experts": 8},
-        ],
-        "dtypes": ["float32", "bfloat16"],
-        # float32: room for another summation order over dim/hidden; bfloat16: as for RoPE, values are unit-sized.
-        "tolerances": {"float32": 1e-5, "bfloat16": 3.2e-2},
-    },
-    "train": {
-        "steps": 4,
-        "seed": 0,
-        "batch": 2,
-        "seq_len": 256,
-        "lr": 1e-3,
-        "loss_tolerance": 1e-5,
-        "dense": {"layers": 2, "dim": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden": 128, "vocab": 256},
-        "moe": {
-            "layers": 2, "dim": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "vocab": 256,
-            "moe_hidden": 32, "experts": 4, "top_k": 2,
-        },
-    },
-    # Inductor fuses the MoE experts' bfloat16 casts away (it keeps float32 between ops), so the MoE
-    # model's compiled logits differ from eager by bfloat16 rounding; the dense model is float32 throughout.
-    # Only "dense" by default: inductor's cold build of each model takes 25-60 s on 2 cores.
-    "compile": {"backend": "auto", "models": ["dense"], "tolerances": {"dense": 1e-5, "moe": 1e-3}, "cache_dir": None},
-}
-
-
-def merged_config(config: dict[str, Any] | None) -> dict[str, Any]:
-    """DEFAULTS with `config` laid over it, section by section (a given list replaces the default list).
-    A key DEFAULTS does not have is refused with its path (config key kernel_numerics.<path>)."""
-    return _merged_section(DEFAULTS, config or {}, "kernel_numerics")
-
-
-def _merged_section(base: dict, override: dict, path: str) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in override.items():
-        if key not in base and not path.endswith("tolerances"):
-            raise ValueError(f"{path}.{key}: unknown key; expected one of {', '.join(sorted(base))}")
-        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
-        out[key] = _merged_section(base[key], value, f"{path}.{key}") if nested else value
-    return out
-
 
 # ---- comparison rows ----
 
@@ -592,9 +526,8 @@ def compile_problems(compile_result: dict[str, Any]) -> list[str]:
 # ---- the stage ----
 
 
-def kernel_numerics(config: dict[str, Any] | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def kernel_numerics(config: dict[str, Any], log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Everything the stage measures; "problems" lists each failed check in words (empty: all passed)."""
-    config = merged_config(config)
     # Before anything imports torchtitan (and with it torch._dynamo, which fixes the cache folder).
     with inductor_cache(config["compile"].get("cache_dir")):
         return _kernel_numerics(config, log or _log.info)
@@ -657,13 +590,3 @@ class NumericsError(RuntimeError):
     pass
 
 
-# What differs on a backend's device. neuron: float32 must be exact (the seed's 0.0: the kernel computes
-# float32 in float32); bfloat16 gets the bound of a kernel that rounds at each step (bf16_stepwise_rope_bound);
-# torch.compile with the neuron backend is the benchmark stage's to measure, not checked here.
-BACKEND_SETTINGS: dict[str, dict[str, Any]] = {
-    "neuron": {
-        "device": "neuron",
-        "rope": {"tolerances": {"float32": 0.0, "bfloat16": "bf16_stepwise"}},
-        "compile": {"models": []},
-    },
-}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..numerics import BACKEND_SETTINGS, DEFAULTS, NumericsError, _largest_per_dtype, kernel_numerics
+from ..numerics import NumericsError, _largest_per_dtype, kernel_numerics
 
 
 def run(
@@ -15,18 +15,17 @@ def run(
     from pathlib import Path
 
     from ..artifacts import write_json
-    from ..backends import backend_module
-    from ..config import deep_update
+    from ..backends import backend_module, make_backend
     from ..summary import StageSummary, record_measured
 
     backend = backend_config["backend"]
     lnc = backend_config["neuron"]["lnc"]
     installed = backend_module(backend).install_kernels(lnc)
-    # The user's keys win, except the device: the summary names the kernels installed for this backend's.
-    settings = deep_update(BACKEND_SETTINGS.get(backend, {}), settings)
-    settings["device"] = BACKEND_SETTINGS.get(backend, {}).get("device", DEFAULTS["device"])
+    # config kernel_numerics, complete from the schema's defaults (config/trn2.yaml sets the neuron values),
+    # on the backend's device with the kernels installed for it.
+    device = make_backend(backend_config, cache_root).device_type
     cache_dir = str(Path(cache_root).resolve() / "torchinductor")
-    config = {**settings, "lnc": lnc, "compile": {**settings.get("compile", {}), "cache_dir": cache_dir}}
+    config = {**settings, "lnc": lnc, "device": device, "compile": {**settings["compile"], "cache_dir": cache_dir}}
     result = kernel_numerics(config, log=log)
     write_json(Path(results_path), result)  # everything measured, kept for a failed run too
     record_measured(problems=result["problems"], numerics=[
