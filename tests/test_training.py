@@ -11,6 +11,7 @@ import pytest
 
 from qwen3_pilot.launch import PID_FILE, Launch
 from qwen3_pilot.stages.compare_recipes import run as compare_recipes
+from qwen3_pilot.summary import mark_stage_started, write_failure
 from qwen3_pilot.training import (
     TrainingError,
     check_steps,
@@ -101,16 +102,21 @@ def write_gate_summary(path, loaded, control):
     return path
 
 
-def test_compare_recipes_reports_the_difference_and_fails_past_the_tolerance(tmp_path):
+def test_compare_recipes_reports_the_difference_and_fails_past_the_tolerance(tmp_path, monkeypatch):
     hf = write_gate_summary(tmp_path / "hf.json", 5.6081, 11.6)
     native = write_gate_summary(tmp_path / "native.json", 5.6082, 7.6)
     summary = compare_recipes(hf_summary=hf, native_summary=native, tolerance=1e-3, backend="cpu",
                                     summary_path=tmp_path / "summary.json")
     assert summary["figures"]["abs_difference"] == pytest.approx(1e-4)
     far = write_gate_summary(tmp_path / "far.json", 7.0, 7.6)
+    monkeypatch.chdir(tmp_path)  # the failure record goes to results/failures/
+    mark_stage_started()
     with pytest.raises(TrainingError, match="step-1 losses differ by 1.391900"):
         compare_recipes(hf_summary=hf, native_summary=far, tolerance=1e-3, backend="cpu",
-                              summary_path=tmp_path / "summary2.json")
+                        summary_path=tmp_path / "summary2.json")
+    # Measured before judged: the failure record gets the figures that failed.
+    failure = write_failure("compare_recipes", RuntimeError("x"), tmp_path / "log", tmp_path / "kept")
+    assert failure["figures"]["abs_difference"] == pytest.approx(1.3919, abs=1e-4)
 
 
 # ---- kernel replacements in training: the launch log, and replaced against plain ----

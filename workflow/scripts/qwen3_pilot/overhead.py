@@ -2,7 +2,7 @@
 
     .venv/bin/python -m qwen3_pilot.overhead [--stage train_native] [--repeats 1] [-- SNAKEMAKE ARGS]
 
-Reruns the stage under Snakemake (`--forcerun`), takes the job's wall time from Snakemake's benchmark
+Reruns the stage under Snakemake (`--force` on its summary), takes the job's wall time from Snakemake's benchmark
 file, then runs the two torchrun commands the stage recorded (`run/launch.json`, `control/launch.json`)
 by hand, with the same environment, into a scratch folder. The overhead is the stage's time beyond
 those two launches (median over the repeats); it also prints how much of the stage's time is spent outside
@@ -30,7 +30,7 @@ LIMIT_PCT = 5.0
 def stage_wall_s(stage: str, snakemake_args: list[str], workdir: Path) -> float:
     command = [
         str(Path(sys.executable).with_name("snakemake")), "--cores", "all", f"results/{stage}/summary.json",
-        "--forcerun", stage, *snakemake_args,
+        "--force", *snakemake_args,  # forces the target's job: this recipe only
     ]
     subprocess.run(command, cwd=workdir, check=True, stdout=subprocess.DEVNULL)
     with open(workdir / "benchmarks" / f"{stage}.tsv") as table:

@@ -10,6 +10,7 @@ from typing import Any
 
 from .backends import Backend
 from .launch import Launch, failure_cause, run_torchrun
+from .summary import record_measured
 
 
 class RankCheckError(RuntimeError):
@@ -84,6 +85,7 @@ def verify_ranks(
     nproc = backend.expected_ranks if nproc is None else nproc
     launched, records = launch_ranks(backend, nproc, out_dir, log_path)
     problems = check_rank_records(records, backend.expected_ranks, backend.device_type)
+    record_measured(ranks_seen=len(records), rank_records=records, problems=problems)
     if launched.returncode != 0:
         problems.insert(0, f"{failure_cause(launched)} (see {log_path})")
     if problems:

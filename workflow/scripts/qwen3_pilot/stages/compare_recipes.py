@@ -12,7 +12,7 @@ from ..training import TrainingError
 def run(
     *, hf_summary: Path, native_summary: Path, tolerance: float, backend: str, summary_path: Path
 ) -> dict[str, Any]:
-    from ..summary import StageSummary
+    from ..summary import StageSummary, record_measured
 
     hf = json.loads(hf_summary.read_text())["figures"]["gate"]
     native = json.loads(native_summary.read_text())["figures"]["gate"]
@@ -25,6 +25,7 @@ def run(
         "random_init_train_hf": hf["step1_loss_random_init"],
         "random_init_train_native": native["step1_loss_random_init"],
     }
+    record_measured(**figures)
     if not difference <= tolerance:
         raise TrainingError(
             f"compare_recipes: step-1 losses differ by {difference:.6f} (train_hf {hf['step1_loss_loaded']:.6f}, "

@@ -12,7 +12,7 @@ def run(
     *, exports: dict[str, Path], checkpoint_dir: Path, out_root: Path, settings: dict[str, Any], seed: int,
     backend: str, summary_path: Path,
 ) -> dict[str, Any]:
-    from ..summary import StageSummary
+    from ..summary import StageSummary, record_measured
 
     figures: dict[str, Any] = {}
     problems: list[str] = []
@@ -30,6 +30,7 @@ def run(
         artifacts += files
     figures["recipes_agree"], agreement_problems = key_set_problems(completed)
     problems += agreement_problems
+    record_measured(**figures, problems=problems)
     if problems:
         raise ExportError("export_reload failed:\n  - " + "\n  - ".join(problems))
     summary = StageSummary(

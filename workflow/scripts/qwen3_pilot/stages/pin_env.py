@@ -22,9 +22,10 @@ def run(
     stamps: list[Path], backend: dict[str, Any], pins_file: str, cache_root: str, out: Path
 ) -> dict[str, Any]:
     from ..backends import make_backend
-    from ..summary import StageSummary
+    from ..summary import StageSummary, record_measured
 
     rows = [json.loads(Path(p).read_text()) for p in stamps]
+    record_measured(packages=rows)
     bad = [r for r in rows if not r["ok"]]
     if bad:
         raise PinError("pinned versions not installed:\n" + format_table(bad))
