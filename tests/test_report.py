@@ -7,11 +7,13 @@ import json
 import pytest
 
 from qwen3_pilot.report import NOT_BUILT, STAGES, overall_status
+from qwen3_pilot.report import titles as report_titles
 from qwen3_pilot.stages.report import run as build_report
 from qwen3_pilot.summary import StageSummary
 
-CONFIG = {"backend": "cpu", "weights": {"source": "fixture"}, "report": {"baseline": None}, "training": {"steps": 10},
-          "moe": {"layers": 4, "experts": 64, "top_k": 4}}
+CONFIG = {"backend": "cpu", "ranks": 2, "weights": {"source": "fixture", "repo_id": "pilot-fixture/tiny-qwen3"},
+          "report": {"baseline": None}, "training": {"steps": 10}, "moe": {"layers": 4, "experts": 64, "top_k": 4},
+          "plan": {"world_size": 64, "flavor": "4B"}}
 
 
 def write_summary(folder, stage, status="pass", **fields):
@@ -25,6 +27,14 @@ def build(tmp_path, summaries, config=CONFIG):
         summaries=summaries, config=config, config_digest="d" * 64, workflow_dir=tmp_path,
         html_path=tmp_path / "report.html", json_path=tmp_path / "report.json",
     )
+
+
+def test_stage_titles_take_their_figures_from_the_config():
+    titles = report_titles(CONFIG)
+    assert titles["train_native"] == "Train the native torchtitan 4B recipe (10 steps)"
+    assert titles["moe_reduced"] == "Train the reduced MoE (4 layers, 64 experts, top-4)"
+    assert titles["verify_ranks"] == "Verify the 2 ranks and the 64-rank plan of Qwen3-4B"
+    assert report_titles({**CONFIG, "training": {"steps": 3}})["train_hf"].endswith("(3 steps)")
 
 
 def test_stages_without_a_summary_are_not_run_never_pass(tmp_path):

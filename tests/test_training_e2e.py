@@ -225,9 +225,9 @@ def trainer_processes(ws) -> list[int]:
 
 def test_ctrl_c_stops_every_rank_and_the_plain_command_then_completes(copy_of_run):
     run_dir = copy_of_run / "results" / "train_native" / "run"
-    # Without its run folder the stage reruns, and the metrics watched below are the new run's.
-    shutil.rmtree(run_dir)
-    command = [SNAKEMAKE, "--cores", "2", "results/report.html", "--configfile", "config/test.yaml"]
+    shutil.rmtree(run_dir)  # so that the metrics watched below are the new run's
+    command = [SNAKEMAKE, "--cores", "2", "results/train_native/summary.json", "--force", "--configfile",
+               "config/test.yaml"]
     # Its own process group, as a terminal gives a foreground command: Ctrl-C is SIGINT to that group.
     snakemake = subprocess.Popen(command, cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True, start_new_session=True)
