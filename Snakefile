@@ -13,6 +13,7 @@ include: "rules/env.smk"
 include: "rules/data.smk"
 include: "rules/ranks.smk"
 include: "rules/train.smk"
+include: "rules/benchmark.smk"
 include: "rules/report.smk"
 
 

@@ -87,6 +87,7 @@ def train_inputs(*packages):
 # too (none of them exists on cpu): a bump reruns them.
 BACKEND_PACKAGES = tuple(p for p in ("torch-neuronx", "neuronx-cc", "nki") if p in PINS)
 
+MOE_PACKAGES = ("torch", "torchtitan", "tokenizers")
 TRAIN_PACKAGES = {
     # The native recipe loads safetensors through torchtitan's state-dict adapter; no transformers.
     "train_native": ("torch", "torchtitan", "safetensors", "tokenizers"),
@@ -100,6 +101,25 @@ def get_train_inputs(wildcards):
 
 def get_recipe_kernel_rules(wildcards):
     return get_kernel_rules(wildcards.recipe)
+
+
+def get_benchmark_inputs():
+    """What every torchtitan run reads, with the pins of each benchmarked recipe (the reduced MoE's are
+    moe_reduced's): a transformers bump reruns the benchmark only when it measures train_hf.
+    """
+    packages = {
+        p
+        for recipe in config["benchmark"]["recipes"]
+        for p in TRAIN_PACKAGES.get(recipe, MOE_PACKAGES)
+    }
+    return train_inputs(*sorted(packages))
+
+
+def get_benchmark_kernel_rules():
+    return {
+        recipe: get_kernel_rules(recipe)["rules"]
+        for recipe in config["benchmark"]["recipes"]
+    }
 
 
 def get_kernel_rules(stage):

@@ -86,7 +86,7 @@ rule export_reload:
 # RoPE and experts replaced by the backend's kernels (the seed's third configuration), then without them.
 rule moe_reduced:
     input:
-        **train_inputs("torch", "torchtitan", "tokenizers"),
+        **train_inputs(*MOE_PACKAGES),
     output:
         run=directory("results/moe_reduced/run"),
         plain=directory("results/moe_reduced/plain"),

@@ -100,6 +100,7 @@ SMALL = {
     "ranks": 2,
     "data": {"path": str(SHARED_CORPUS)},
     "fixture": {"steps": 120, "num_hidden_layers": 2},
+    "benchmark": {"warmup_steps": 2, "measured_steps": 5},
 }
 
 

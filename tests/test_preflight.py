@@ -44,6 +44,17 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     for launch in launches:
         assert "--nproc-per-node=64" in launch["command"] and "--local-ranks-filter=0" in launch["command"]
         assert launch["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2" and "NEURON_CC_FLAGS" not in launch["env"]
+    # The benchmark's launches: per recipe and run; compiled ones with the neuron compile backend and a
+    # compile cache of their own per measurement.
+    bench = {launch["launch"]: launch for launch in launches if launch["stage"] == "benchmark"}
+    assert set(bench) == {"train_native eager", "train_native compiled_cold", "train_native compiled_warm",
+                          "moe_reduced eager", "moe_reduced plain"}
+    cold = bench["train_native compiled_cold"]
+    assert " ".join(cold["command"]).endswith("--checkpoint.no-enable --compile.enable --compile.backend neuron")
+    assert cold["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith(
+        "results/benchmark/runs/train_native/compile_cache/cold/torch_neuronx_neff_cache_dir")
+    assert "--compile.enable" not in bench["moe_reduced eager"]["command"]
+    assert bench["moe_reduced eager"]["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith("neuron/neff-cache")
     assert "Nothing in this preflight ran on Trainium" in report["nothing_ran_on_trainium"]
     html = (tmp_path / "preflight" / "preflight.html").read_text()
     assert "Nothing in this preflight ran on Trainium" in html and "rope_hf_on_every_layer" in html

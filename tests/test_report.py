@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from qwen3_pilot.report import NOT_BUILT, STAGES, overall_status
+from qwen3_pilot.report import NO_SUMMARY, STAGES, overall_status
 from qwen3_pilot.report import titles as report_titles
 from qwen3_pilot.stages.report import run as build_report
 from qwen3_pilot.summary import StageSummary
@@ -44,7 +44,7 @@ def test_stages_without_a_summary_are_not_run_never_pass(tmp_path):
     assert by_stage["pin_env"]["status"] == "pass"
     for stage in ("train_native", "train_hf", "export_reload", "kernel_numerics", "moe_reduced", "benchmark"):
         assert by_stage[stage]["status"] == "not_run"
-        assert by_stage[stage]["notes"] == [NOT_BUILT]
+        assert by_stage[stage]["notes"] == [NO_SUMMARY]
     assert report["status"] == "incomplete"
     on_disk = json.loads((tmp_path / "report.json").read_text())
     assert on_disk["provenance"]["config_digest"] == "d" * 64
@@ -158,7 +158,7 @@ def test_a_failed_stage_shows_its_figures_and_blocks_what_depends_on_it(tmp_path
         assert by_stage[stage]["notes"] == ["blocked by train_native, which failed"]
     assert by_stage["train_hf"]["status"] == "pass" and by_stage["kernel_numerics"]["status"] == "pass"
     assert by_stage["moe_reduced"]["notes"] == ["not reached: the run stopped at a failure"]
-    assert by_stage["benchmark"]["notes"] == [NOT_BUILT]
+    assert by_stage["benchmark"]["notes"] == ["not reached: the run stopped at a failure"]
     html = (tmp_path / "results" / "report.html").read_text()
     assert "This run failed." in html and "FAILED RUN" in html
     # Dated 1970: Snakemake must take it as out of date, or the next run would keep it as the report.

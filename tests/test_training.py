@@ -29,7 +29,7 @@ GATE = {"min_gap": 1.0, "control_below_ln_vocab": 0.5, "control_above_ln_vocab":
 def metrics_line(step, loss, **extra):
     return json.dumps({"step": step, "loss_metrics/global_avg_loss": loss, "grad_norm": 1.0, "throughput(tps)": 10.0,
                        "tflops": 0.1, "mfu(%)": 50.0, "memory/max_active(GiB)": 0.5, "time_metrics/end_to_end(s)": 0.2,
-                       **extra})
+                       "time_metrics/data_loading(%)": 1.5, **extra})
 
 
 def test_read_steps_maps_torchtitan_names_and_reads_non_finite_strings(tmp_path):
@@ -37,7 +37,7 @@ def test_read_steps_maps_torchtitan_names_and_reads_non_finite_strings(tmp_path)
     path.write_text(metrics_line(1, 5.5) + "\n" + metrics_line(2, "nan") + "\n")
     steps = read_steps(path)
     assert steps[0] == {"step": 1, "loss": 5.5, "grad_norm": 1.0, "tokens_per_s": 10.0, "tflops": 0.1,
-                        "mfu_pct": 50.0, "peak_memory_gib": 0.5, "step_time_s": 0.2}
+                        "mfu_pct": 50.0, "peak_memory_gib": 0.5, "step_time_s": 0.2, "data_wait_pct": 1.5}
     assert math.isnan(steps[1]["loss"])
     with pytest.raises(TrainingError, match="loss is nan at step 2"):
         check_steps(steps, 2, path)

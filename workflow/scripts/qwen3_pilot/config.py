@@ -68,6 +68,14 @@ def config_problems(config: dict[str, Any]) -> list[str]:
         problems.append(
             "weights.source = 'fixture': the neuron backend trains the published weights; allowed: 'hub'"
         )
+    bench = config["benchmark"]
+    if bench["cost"] and bench["price_per_hour"] is None:
+        problems.append("benchmark.price_per_hour = null: benchmark.cost is true and needs the instance's price per "
+                        "hour (no built-in price is claimed)")
+    outside = [r for r in bench["compile_recipes"] if r not in bench["recipes"]]
+    if outside:
+        problems.append(f"benchmark.compile_recipes = {bench['compile_recipes']}: {', '.join(outside)} not in "
+                        f"benchmark.recipes = {bench['recipes']}")
     baseline = config["report"]["baseline"]
     if baseline:
         problems.extend(baseline_problems(Path(baseline)))

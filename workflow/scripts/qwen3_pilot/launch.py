@@ -26,6 +26,8 @@ class Launch:
     env: dict[str, str]
     returncode: int
     wall_s: float
+    # Wall clock (epoch seconds) when torchrun was started.
+    started_at: float = 0.0
     # This launch's part of the stage log: [log_start, log_end) in bytes.
     log_path: Path | None = None
     log_start: int = 0
@@ -89,7 +91,7 @@ def run_torchrun(command: list[str], added_env: dict[str, str], *, log_path: Pat
     with open(log_path, "a") as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), time.time()
         # Its own session, so that every process of the launch can be stopped as a group; and dead with this
         # stage process however it ends (lifetime.py: the ranks die with torchrun in turn).
         process = subprocess.Popen(
@@ -103,8 +105,8 @@ def run_torchrun(command: list[str], added_env: dict[str, str], *, log_path: Pat
             kill_group(process.pid)  # ranks left behind by a launcher that died
         wall_s = time.perf_counter() - started
     (pid_dir / PID_FILE).unlink(missing_ok=True)
-    return Launch(command=command, env=added_env, returncode=returncode, wall_s=wall_s, log_path=log_path,
-                  log_start=log_start, log_end=log_path.stat().st_size, rank_log_dir=rank_log_dir)
+    return Launch(command=command, env=added_env, returncode=returncode, wall_s=wall_s, started_at=started_at,
+                  log_path=log_path, log_start=log_start, log_end=log_path.stat().st_size, rank_log_dir=rank_log_dir)
 
 
 def failure_cause(launch: Launch) -> str:

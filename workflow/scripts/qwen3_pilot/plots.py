@@ -141,6 +141,33 @@ def numerics_png(stages: list[dict[str, Any]]) -> str | None:
     return _png(figure)
 
 
+def benchmark_png(stages: list[dict[str, Any]]) -> str | None:
+    """Step time per step of each benchmarked recipe, one panel per recipe, a line per run (eager,
+    plain kernels, compiled with a cold and a warm cache), the warm-up steps shaded; log scale, so that a
+    compiled step 1 of tens of seconds and steady steps of a tenth of one share the axis."""
+    bench = next((s for s in stages if s["stage"] == "benchmark" and s["status"] == "pass"), None)
+    if bench is None or not bench["figures"].get("recipes"):
+        return None
+    recipes = bench["figures"]["recipes"]
+    warmup = bench["figures"]["warmup_steps"]
+    plt = _pyplot()
+    figure, panels = plt.subplots(len(recipes), 1, figsize=(8, 3.2 * len(recipes)), dpi=100, squeeze=False)
+    markers = {"eager": "o", "plain": "s", "compiled_cold": "^", "compiled_warm": "v"}
+    for axes, (name, recipe) in zip(panels[:, 0], recipes.items()):
+        axes.axvspan(0.5, warmup + 0.5, color="0.9", label="warm-up")
+        for variant, run in recipe["runs"].items():
+            points = run["per_step"]
+            axes.plot([p["step"] for p in points], [p["step_time_s"] for p in points], marker=markers.get(variant, "o"),
+                      markersize=4, label=variant)
+        axes.set_yscale("log")
+        axes.set_title(f"{name}: step time per step")
+        axes.set_xlabel("step")
+        axes.set_ylabel("seconds (log)")
+        axes.legend(fontsize=7)
+        axes.grid(alpha=0.3)
+    return _png(figure)
+
+
 def report_plots(stages: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """The plots this run has data for, by where the report shows them: "overview" (the loss curves) or the
     stage whose figures they draw; each with its alt text."""
@@ -148,5 +175,6 @@ def report_plots(stages: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
         "overview": ("loss per step of the training stages, with their controls", loss_curves_png(stages)),
         "moe_reduced": ("router load per expert per layer", router_load_png(stages)),
         "kernel_numerics": ("kernel numerics per op and dtype", numerics_png(stages)),
+        "benchmark": ("step time per step of each benchmarked recipe and run", benchmark_png(stages)),
     }
     return {where: {"alt": alt, "png": png} for where, (alt, png) in drawn.items() if png}

@@ -254,6 +254,29 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
                 rank_log_dir=backend.rank_log_dir(logs / stage / f"{stage}.log", kind),
             )
             launches.append({"stage": stage, "launch": kind, "command": command, "env": env})
+    launches += benchmark_launches(config, backend, results, logs)
+    return launches
+
+
+def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Path) -> list[dict[str, Any]]:
+    """The benchmark stage's launches: per recipe and run, with the compile backend and the fresh compile
+    cache folder of each compiled measurement."""
+    from .benchmark import RUN_OVERRIDES, compile_cache_folder, variants
+    from .training import CONFIG_FUNCTIONS, trainer_launch
+
+    launches = []
+    for recipe in config["benchmark"]["recipes"]:
+        folder = results / "benchmark" / "runs" / recipe
+        rules = stage_kernel_rules(config, recipe)
+        for variant, _, flags in variants(recipe, rules, config["benchmark"], backend.compile_backend):
+            cache = compile_cache_folder(folder, variant)
+            command, env = trainer_launch(
+                backend, backend.expected_ranks, CONFIG_FUNCTIONS[recipe], folder / f"recipe.{variant}.json",
+                folder / variant, (*RUN_OVERRIDES, *flags), sys.executable,
+                rank_log_dir=backend.rank_log_dir(logs / "benchmark" / "benchmark.log", f"{recipe}-{variant}"),
+                extra_env=backend.compile_cache_env(cache) if cache else None,
+            )
+            launches.append({"stage": "benchmark", "launch": f"{recipe} {variant}", "command": command, "env": env})
     return launches
 
 

@@ -29,7 +29,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("moe_reduced", "Train the reduced MoE ({moe[layers]} layers, {moe[experts]} experts, top-{moe[top_k]})"),
     ("benchmark", "Warm-up and steady-state benchmarks"),
 )
-NOT_BUILT = "not built yet: this version of the workflow has no rule for this stage"
+NO_SUMMARY = "no summary of this stage among the report's inputs"
 
 # What each stage consumes from the others (rules/*.smk; pin_env stands for its per-package stamps). A test
 # checks it against Snakemake's own rule graph.
@@ -45,6 +45,7 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
     "export_reload": ("pin_env", "fetch_weights", "train_hf", "train_native"),
     "kernel_numerics": ("pin_env",),
     "moe_reduced": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
+    "benchmark": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
 }
 # report.json's shape; the report is checked against it before it is written.
 REPORT_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "report.schema.json"
@@ -100,8 +101,7 @@ def failed_run_stages(results: Path, run_started: str, config: dict[str, Any], s
                 entry["notes"] = [*entry["notes"], "from an earlier run: this run did not rerun it (not needed, "
                                   "or not reached before the failure)"]
         else:
-            reason = "not reached: the run stopped at a failure" if stage in UPSTREAM else NOT_BUILT
-            entry = not_run(stage, title, backend, skipped.get(stage, reason))
+            entry = not_run(stage, title, backend, skipped.get(stage, "not reached: the run stopped at a failure"))
         stages.append(entry)
     return stages
 
@@ -136,7 +136,7 @@ def collect_stages(summaries: dict[str, Path], config: dict[str, Any], skipped: 
                 raise ValueError(f"{summaries[stage]}: holds stage {entry['stage']!r}, expected {stage!r}")
             stages.append({"title": title, **entry})
         else:
-            stages.append(not_run(stage, title, backend, skipped.get(stage, NOT_BUILT)))
+            stages.append(not_run(stage, title, backend, skipped.get(stage, NO_SUMMARY)))
     return stages
 
 

@@ -34,6 +34,7 @@ STEP_METRICS = {
     "mfu_pct": "mfu(%)",
     "peak_memory_gib": "memory/max_active(GiB)",
     "step_time_s": "time_metrics/end_to_end(s)",
+    "data_wait_pct": "time_metrics/data_loading(%)",
 }
 
 
@@ -96,6 +97,7 @@ def clear_run_dir(run_dir: Path) -> None:
 def trainer_launch(
     backend: Backend, nproc: int, config_function: str, recipe_path: Path, run_dir: Path,
     overrides: tuple[str, ...] = (), python: str = sys.executable, rank_log_dir: Path | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The torchrun command of one trainer launch and the environment it adds (the preflight prints these)."""
     command = backend.torchrun_command(
@@ -103,22 +105,25 @@ def trainer_launch(
         ["--module", "qwen3_pilot.in_ranks.recipes", "--config", config_function, "--dump_folder", str(run_dir), *overrides],
         rank_log_dir=rank_log_dir,
     )
-    return command, {**backend.launcher_env, RECIPE_ENV: str(recipe_path.resolve())}
+    return command, {**backend.launcher_env, **(extra_env or {}), RECIPE_ENV: str(recipe_path.resolve())}
 
 
 def launch(
     backend: Backend, *, nproc: int, config_function: str, recipe_path: Path, run_dir: Path,
     log_path: Path, overrides: tuple[str, ...] = (), python: str = sys.executable,
+    extra_env: dict[str, str] | None = None, launch_name: str | None = None,
 ) -> Launch:
-    """One trainer launch into an empty `run_dir`, recorded there (launch.json)."""
+    """One trainer launch into an empty `run_dir`, recorded there (launch.json); its ranks' logs go to
+    logs/<stage>/ranks/<launch_name> (default: the run folder's name)."""
     clear_run_dir(run_dir)
-    rank_logs = backend.rank_log_dir(log_path, run_dir.name)
+    rank_logs = backend.rank_log_dir(log_path, launch_name or run_dir.name)
     command, added_env = trainer_launch(
-        backend, nproc, config_function, recipe_path, run_dir, overrides, python, rank_log_dir=rank_logs
+        backend, nproc, config_function, recipe_path, run_dir, overrides, python, rank_log_dir=rank_logs,
+        extra_env=extra_env,
     )
     result = run_torchrun(command, added_env, log_path=log_path, pid_dir=run_dir, rank_log_dir=rank_logs)
     write_json(run_dir / LAUNCH_RECORD, {"command": command, "env": added_env, "returncode": result.returncode,
-                                         "wall_s": result.wall_s})
+                                         "wall_s": result.wall_s, "started_at": result.started_at})
     return result
 
 
@@ -212,12 +217,13 @@ def ranks_peak_flops(ranks_summary: Path) -> float:
 
 def launch_and_read(
     what: str, backend: Backend, *, config_function: str, recipe_path: Path, run_dir: Path, log_path: Path,
-    parity_path: Path, expected_steps: int, overrides: tuple[str, ...] = (),
+    parity_path: Path, expected_steps: int, overrides: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
+    launch_name: str | None = None,
 ) -> tuple[Launch, list[dict[str, Any]]]:
     """One launch on every rank, failed with its reason, and its per-step metrics checked."""
     run = launch(
         backend, nproc=backend.expected_ranks, config_function=config_function, recipe_path=recipe_path,
-        run_dir=run_dir, log_path=log_path, overrides=overrides,
+        run_dir=run_dir, log_path=log_path, overrides=overrides, extra_env=extra_env, launch_name=launch_name,
     )
     if run.returncode != 0:
         raise launch_failure(what, run, parity_path)

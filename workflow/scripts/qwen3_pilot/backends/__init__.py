@@ -38,6 +38,14 @@ class Backend:
     console_local_ranks: tuple[int, ...] | None = None
     # The machine's devices against the config, for verify_ranks: (figures, problems); None: nothing to check.
     topology: Callable[[], tuple[dict[str, Any], list[str]]] | None = None
+    # torch.compile on this backend: torchtitan's --compile.backend, and the environment variables naming the
+    # folders its compiled graphs are cached in (the benchmark points them at a fresh folder per measurement).
+    compile_backend: str = "inductor"
+    compile_cache_vars: tuple[str, ...] = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+    def compile_cache_env(self, folder: Path) -> dict[str, str]:
+        """Every compile cache of this backend in its own subfolder of `folder`."""
+        return {var: str(Path(folder) / var.lower()) for var in self.compile_cache_vars}
 
     def torchrun_command(
         self, python: str, nproc: int, module: str, args: list[str], *, rank_log_dir: str | Path | None = None

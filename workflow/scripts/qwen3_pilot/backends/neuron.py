@@ -287,6 +287,9 @@ def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
         # Rank 0's output in the stage log, every rank's in its own files (when the caller names a folder).
         console_local_ranks=(0,),
         topology=lambda: read_topology(neuron, config["ranks"]),
+        # torchtitan's --compile.backend neuron (TorchNeuron) caches its NEFFs in TORCH_NEURONX_NEFF_CACHE_DIR.
+        compile_backend="neuron",
+        compile_cache_vars=tuple(COMPILE_CACHE_DIRS),
     )
 
 

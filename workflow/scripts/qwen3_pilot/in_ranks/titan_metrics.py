@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,8 @@ class JsonlLogger(BaseLogger):
         self.handle = open(path, "a", buffering=1)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        record: dict[str, Any] = {"step": step}
+        # Wall-clock time of the record: the benchmark's time to step 1 is this minus the launch's start.
+        record: dict[str, Any] = {"step": step, "logged_at": time.time()}
         for key, value in metrics.items():
             number = float(value) if hasattr(value, "__float__") else value
             # JSON has no NaN/inf: keep them visible as strings so the stage can name the step.

@@ -1,0 +1,141 @@
+"""Stage benchmark: per configured recipe, warm-up and steady state measured apart in one trainer run; with
+kernel replacements the same run without them; for the compile recipes the same run under torch.compile
+with an empty compile cache, then with the cache that run left; cost per million tokens from a given price."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..benchmark import (
+    RUN_OVERRIDES,
+    compile_cache_folder,
+    compile_effect,
+    cost,
+    kernel_effect,
+    run_figures,
+    table_row,
+    variants,
+)
+from ..moe import model_spec
+from ..parity import read_checkpoint_values
+from ..summary import record_measured
+from ..training import (
+    CONFIG_FUNCTIONS,
+    METRICS_FILE,
+    launch_and_read,
+    ranks_peak_flops,
+    usable_backend,
+    write_recipe,
+)
+
+STAGE = "benchmark"
+
+
+def run(
+    *, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], moe: dict[str, Any],
+    kernels: dict[str, list[dict[str, str]]], settings: dict[str, Any], cache_root: str, checkpoint_dir: Path,
+    corpus_dir: Path, ranks_summary: Path, out_dir: Path, summary_path: Path, log_path: Path,
+) -> dict[str, Any]:
+    from ..summary import StageSummary
+
+    backend = usable_backend(STAGE, backend_config, cache_root)
+    peak = ranks_peak_flops(ranks_summary)
+    warmup, measured = settings["warmup_steps"], settings["measured_steps"]
+    bench_training = {**training, "steps": warmup + measured}
+    vocab_size = read_checkpoint_values(checkpoint_dir)["vocab_size"]
+    recipes: dict[str, dict[str, Any]] = {}
+    table, artifacts = [], []
+    for name in settings["recipes"]:
+        folder = out_dir / name
+        folder.mkdir(parents=True, exist_ok=True)
+        runs: dict[str, dict[str, Any]] = {}
+        for variant, replacements, flags in variants(name, kernels[name], settings, backend.compile_backend):
+            recipe_path, run_dir = folder / f"recipe.{variant}.json", folder / variant
+            extra = {}
+            if name == "moe_reduced":
+                extra = {"moe": model_spec(moe, moe["width"], vocab_size, training["seq_len"]),
+                         "router_load_path": str((run_dir / "router_load.jsonl").resolve())}
+            write_recipe(
+                recipe_path, stage=name, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir,
+                dataset=dataset, training=bench_training, peak_flops_per_rank=peak,
+                parity_path=folder / "parity.json", replacements=replacements, lnc=backend_config["neuron"]["lnc"],
+                **extra,
+            )
+            launch, steps = launch_and_read(
+                f"{STAGE} {name} ({variant})", backend, config_function=CONFIG_FUNCTIONS[name],
+                recipe_path=recipe_path, run_dir=run_dir, log_path=log_path, parity_path=folder / "parity.json",
+                expected_steps=warmup + measured, overrides=(*RUN_OVERRIDES, *flags),
+                extra_env=compile_cache(backend, folder, variant), launch_name=f"{name}-{variant}",
+            )
+            lines = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
+            runs[variant] = run_figures(steps, lines, launch.started_at, warmup=warmup, ranks=backend.expected_ranks,
+                                        peak_flops_per_rank=peak, noisy_cv=settings["noisy_cv"])
+            runs[variant]["launch_wall_s"] = round(launch.wall_s, 2)
+            table.append(table_row(name, variant, runs[variant]))
+            artifacts += [recipe_path, run_dir / METRICS_FILE]
+            record_measured(table=table)
+        recipes[name] = {"runs": runs}
+        if "plain" in runs:
+            recipes[name]["kernels"] = kernel_effect(runs["eager"], runs["plain"])
+        if "compiled_cold" in runs:
+            recipes[name]["compile"] = compile_effect(runs["eager"], runs["compiled_cold"], runs["compiled_warm"])
+        if settings["cost"]:
+            eager = runs["eager"]
+            recipes[name]["cost"] = cost(settings["price_per_hour"], eager["tokens_per_s_per_instance"],
+                                         eager["warmup_phase_s"])
+    notes = [f"NOISY: {row['recipe']} ({row['run']}): steady step time varies by {row['cv']:.0%} (coefficient of "
+             f"variation above benchmark.noisy_cv = {settings['noisy_cv']})" for row in table if row["noisy"]]
+    notes += [f"COMPILE CACHE: {name}: the warm-cache compiled run reached step 1 in "
+              f"{r['runs']['compiled_warm']['time_to_step1_s']:.1f} s, not below the cold one's "
+              f"{r['runs']['compiled_cold']['time_to_step1_s']:.1f} s" for name, r in recipes.items()
+              if "compile" in r and not r["compile"]["warm_below_cold"]]
+    summary = StageSummary(
+        stage=STAGE,
+        status="pass",
+        backend=backend.name,
+        figures={
+            "table": table,
+            "recipes": recipes,
+            "warmup_steps": warmup,
+            "measured_steps": measured,
+            "ranks": backend.expected_ranks,
+            "peak_flops_per_rank": peak,
+            "peak_flops_source": backend.peak_flops_source,
+            "compile_backend": backend.compile_backend,
+            "cost": "per recipe (benchmark.price_per_hour)" if settings["cost"] else "not asked for (benchmark.cost)",
+        },
+        notes=notes,
+        proves=(
+            f"What a step of each recipe cost on this machine's {backend.expected_ranks} {backend.name} ranks in "
+            f"this run: time to the end of step 1 (startup and compilation included), each of {warmup} warm-up "
+            f"steps, and over {measured} steady steps the median, p10, p90 and spread of the step time, tokens/s, "
+            "TFLOPS and MFU against the peak named here, peak memory per rank and the share of time spent waiting "
+            "for data; compiled against eager with an empty and a warm compile cache; replaced kernels against "
+            "plain."
+        ),
+        does_not_prove=(
+            ("A CPU step time predicts nothing about a trn2, and MFU here is against a measured CPU matmul peak. "
+             if backend.name == "cpu" else "")
+            + "The reduced MoE is not Qwen3-30B-A3B. The runs start from random init, so the figures say nothing "
+            "about loss. One run per variant: a figure that moves by less than its run's spread (p10 to p90) "
+            "between two reports is noise, not a change."
+        ),
+    )
+    summary.add_artifacts(artifacts)
+    return summary.write(summary_path)
+
+
+def compile_cache(backend, folder: Path, variant: str) -> dict[str, str]:
+    """A fresh compile cache per compiled measurement: empty for the cold run, a copy of what the cold run
+    left for the warm one, so that neither sees an earlier run's graphs."""
+    target = compile_cache_folder(folder, variant)
+    if target is None:
+        return {}
+    shutil.rmtree(target, ignore_errors=True)
+    if variant == "compiled_warm":
+        shutil.copytree(compile_cache_folder(folder, "compiled_cold"), target)
+    target.mkdir(parents=True, exist_ok=True)
+    return backend.compile_cache_env(target)
