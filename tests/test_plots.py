@@ -50,3 +50,16 @@ def test_router_load_and_numerics_are_drawn_from_their_stages():
     assert is_png(router_load_png([moe])) and is_png(numerics_png([numerics]))
     assert set(report_plots([moe, numerics])) == {"moe_reduced", "kernel_numerics"}
     assert router_load_png([numerics]) is None and numerics_png([moe]) is None
+
+
+def test_the_benchmark_plot_draws_each_recipes_runs_from_the_step_times():
+    from qwen3_pilot.plots import benchmark_png
+
+    step_times = [{"recipe": recipe, "run": run, "step": step, "phase": "warm-up" if step <= 2 else "steady",
+                   "step_time_s": 30.0 if step == 1 else 0.2}
+                  for recipe, runs in (("train_native", ("eager", "compiled_cold")), ("moe_reduced", ("eager",)))
+                  for run in runs for step in range(1, 6)]
+    bench = {"stage": "benchmark", "status": "pass", "figures": {"step_times": step_times, "warmup_steps": 2}}
+    assert is_png(benchmark_png([bench]))
+    assert set(report_plots([bench])) == {"benchmark"}
+    assert benchmark_png([{**bench, "status": "fail"}]) is None

@@ -140,16 +140,18 @@ def test_the_benchmark_measures_warmup_and_steady_state_compiled_and_plain_apart
         assert row["time_to_step1_s"] > 0 and 0 < row["p10_s"] <= row["median_step_s"] <= row["p90_s"]
         assert row["tokens_per_s_per_instance"] == pytest.approx(2 * row["tokens_per_s_per_rank"])
         assert row["mfu_pct"] > 0 and row["peak_memory_gib_per_rank"] > 0 and row["data_wait_pct"] is not None
-    native = figures["recipes"]["train_native"]
-    for run in native["runs"].values():
-        assert run["warmup_steps"] == [1, 2] and run["steady_steps"] == 5
-        assert [p["phase"] for p in run["per_step"]] == ["warm-up"] * 2 + ["steady"] * 5
-    compiled = native["compile"]
+    for (recipe, run), row in rows.items():
+        assert len(row["warmup_steps_s"]) == 2 and row["steady_steps"] == 5
+        phases = [s["phase"] for s in figures["step_times"] if (s["recipe"], s["run"]) == (recipe, run)]
+        assert phases == ["warm-up"] * 2 + ["steady"] * 5
+    [compiled] = figures["compile"]
     # Measured, not asserted: when the warm cache did not reach step 1 first, the report says so.
+    assert compiled["recipe"] == "train_native"
     assert compiled["warm_below_cold"] == (not any(n.startswith("COMPILE CACHE") for n in stage["notes"]))
     assert compiled["compile_cost_at_step1_s"] == pytest.approx(
-        native["runs"]["compiled_cold"]["time_to_step1_s"] - native["runs"]["eager"]["time_to_step1_s"])
-    assert figures["recipes"]["moe_reduced"]["kernels"]["step_time_median_s"]["plain"] > 0
+        rows[("train_native", "compiled_cold")]["time_to_step1_s"] - rows[("train_native", "eager")]["time_to_step1_s"])
+    [kernels] = figures["kernels"]
+    assert kernels["recipe"] == "moe_reduced" and kernels["median_step_s_plain"] > 0
     assert figures["cost"].startswith("not asked for")
     assert "step time per step of each benchmarked recipe" in (completed_run / "results" / "report.html").read_text()
 

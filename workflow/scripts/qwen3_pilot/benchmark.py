@@ -162,10 +162,11 @@ def compile_effect(eager: dict[str, Any], cold: dict[str, Any], warm: dict[str, 
 def kernel_effect(replaced: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
     """Steady step time and peak memory with the kernel replacements against the same run without them."""
     return {
-        "step_time_median_s": {"replaced": replaced["step_time_s"]["median"], "plain": plain["step_time_s"]["median"]},
+        "median_step_s_replaced": replaced["step_time_s"]["median"],
+        "median_step_s_plain": plain["step_time_s"]["median"],
         "step_time_relative": relative(replaced["step_time_s"]["median"], plain["step_time_s"]["median"]),
-        "peak_memory_gib_per_rank": {"replaced": replaced["peak_memory_gib_per_rank"],
-                                     "plain": plain["peak_memory_gib_per_rank"]},
+        "peak_memory_gib_replaced": replaced["peak_memory_gib_per_rank"],
+        "peak_memory_gib_plain": plain["peak_memory_gib_per_rank"],
     }
 
 
@@ -173,7 +174,9 @@ def table_row(recipe: str, variant: str, run: dict[str, Any]) -> dict[str, Any]:
     """One line of the report's table per recipe and run."""
     times = run["step_time_s"]
     return {
-        "recipe": recipe, "run": variant, "time_to_step1_s": run["time_to_step1_s"], "median_step_s": times["median"],
+        "recipe": recipe, "run": variant, "time_to_step1_s": run["time_to_step1_s"],
+        "warmup_steps_s": run["warmup_step_time_s"], "warmup_phase_s": run["warmup_phase_s"],
+        "steady_steps": run["steady_steps"], "median_step_s": times["median"],
         "p10_s": times["p10"], "p90_s": times["p90"], "cv": times["cv"], "noisy": run["noisy"],
         "tokens_per_s_per_rank": run["tokens_per_s_per_rank"], "tokens_per_s_per_instance": run["tokens_per_s_per_instance"],
         "tflops_per_rank": run["tflops_per_rank"], "mfu_pct": run["mfu_pct"],

@@ -146,17 +146,18 @@ def benchmark_png(stages: list[dict[str, Any]]) -> str | None:
     plain kernels, compiled with a cold and a warm cache), the warm-up steps shaded; log scale, so that a
     compiled step 1 of tens of seconds and steady steps of a tenth of one share the axis."""
     bench = next((s for s in stages if s["stage"] == "benchmark" and s["status"] == "pass"), None)
-    if bench is None or not bench["figures"].get("recipes"):
+    if bench is None or not bench["figures"].get("step_times"):
         return None
-    recipes = bench["figures"]["recipes"]
+    recipes: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for row in bench["figures"]["step_times"]:
+        recipes.setdefault(row["recipe"], {}).setdefault(row["run"], []).append(row)
     warmup = bench["figures"]["warmup_steps"]
     plt = _pyplot()
     figure, panels = plt.subplots(len(recipes), 1, figsize=(8, 3.2 * len(recipes)), dpi=100, squeeze=False)
     markers = {"eager": "o", "plain": "s", "compiled_cold": "^", "compiled_warm": "v"}
-    for axes, (name, recipe) in zip(panels[:, 0], recipes.items()):
+    for axes, (name, runs) in zip(panels[:, 0], recipes.items()):
         axes.axvspan(0.5, warmup + 0.5, color="0.9", label="warm-up")
-        for variant, run in recipe["runs"].items():
-            points = run["per_step"]
+        for variant, points in runs.items():
             axes.plot([p["step"] for p in points], [p["step_time_s"] for p in points], marker=markers.get(variant, "o"),
                       markersize=4, label=variant)
         axes.set_yscale("log")

@@ -46,8 +46,7 @@ def run(
     warmup, measured = settings["warmup_steps"], settings["measured_steps"]
     bench_training = {**training, "steps": warmup + measured}
     vocab_size = read_checkpoint_values(checkpoint_dir)["vocab_size"]
-    recipes: dict[str, dict[str, Any]] = {}
-    table, artifacts = [], []
+    table, step_times, compiled, kernel_rows, costs, artifacts = [], [], [], [], [], []
     for name in settings["recipes"]:
         folder = out_dir / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -73,39 +72,41 @@ def run(
             lines = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
             runs[variant] = run_figures(steps, lines, launch.started_at, warmup=warmup, ranks=backend.expected_ranks,
                                         peak_flops_per_rank=peak, noisy_cv=settings["noisy_cv"])
-            runs[variant]["launch_wall_s"] = round(launch.wall_s, 2)
-            table.append(table_row(name, variant, runs[variant]))
+            table.append({**table_row(name, variant, runs[variant]), "launch_wall_s": round(launch.wall_s, 2)})
+            step_times += [{"recipe": name, "run": variant, **step} for step in runs[variant]["per_step"]]
             artifacts += [recipe_path, run_dir / METRICS_FILE]
-            record_measured(table=table)
-        recipes[name] = {"runs": runs}
+            record_measured(table=table, step_times=step_times)
         if "plain" in runs:
-            recipes[name]["kernels"] = kernel_effect(runs["eager"], runs["plain"])
+            kernel_rows.append({"recipe": name, **kernel_effect(runs["eager"], runs["plain"])})
         if "compiled_cold" in runs:
-            recipes[name]["compile"] = compile_effect(runs["eager"], runs["compiled_cold"], runs["compiled_warm"])
+            compiled.append({"recipe": name, **compile_effect(runs["eager"], runs["compiled_cold"], runs["compiled_warm"]),
+                             "time_to_step1_s_cold": runs["compiled_cold"]["time_to_step1_s"],
+                             "time_to_step1_s_warm": runs["compiled_warm"]["time_to_step1_s"]})
         if settings["cost"]:
             eager = runs["eager"]
-            recipes[name]["cost"] = cost(settings["price_per_hour"], eager["tokens_per_s_per_instance"],
-                                         eager["warmup_phase_s"])
+            costs.append({"recipe": name, **cost(settings["price_per_hour"], eager["tokens_per_s_per_instance"],
+                                                 eager["warmup_phase_s"])})
     notes = [f"NOISY: {row['recipe']} ({row['run']}): steady step time varies by {row['cv']:.0%} (coefficient of "
              f"variation above benchmark.noisy_cv = {settings['noisy_cv']})" for row in table if row["noisy"]]
-    notes += [f"COMPILE CACHE: {name}: the warm-cache compiled run reached step 1 in "
-              f"{r['runs']['compiled_warm']['time_to_step1_s']:.1f} s, not below the cold one's "
-              f"{r['runs']['compiled_cold']['time_to_step1_s']:.1f} s" for name, r in recipes.items()
-              if "compile" in r and not r["compile"]["warm_below_cold"]]
+    notes += [f"COMPILE CACHE: {row['recipe']}: the warm-cache compiled run reached step 1 in "
+              f"{row['time_to_step1_s_warm']:.1f} s, not below the cold one's {row['time_to_step1_s_cold']:.1f} s"
+              for row in compiled if not row["warm_below_cold"]]
     summary = StageSummary(
         stage=STAGE,
         status="pass",
         backend=backend.name,
         figures={
             "table": table,
-            "recipes": recipes,
+            "compile": compiled or "no compile recipe (benchmark.compile_recipes)",
+            "kernels": kernel_rows or "no recipe with kernel replacements",
+            "step_times": step_times,
             "warmup_steps": warmup,
             "measured_steps": measured,
             "ranks": backend.expected_ranks,
             "peak_flops_per_rank": peak,
             "peak_flops_source": backend.peak_flops_source,
             "compile_backend": backend.compile_backend,
-            "cost": "per recipe (benchmark.price_per_hour)" if settings["cost"] else "not asked for (benchmark.cost)",
+            "cost": costs or "not asked for (benchmark.cost)",
         },
         notes=notes,
         proves=(

@@ -1,4 +1,5 @@
-"""Stage export_reload: each recipe's Hugging Face export completed, reloaded with transformers and compared with torchtitan."""
+"""Stage export_reload: each recipe's Hugging Face export completed, reloaded with transformers and compared with
+torchtitan."""
 
 from __future__ import annotations
 

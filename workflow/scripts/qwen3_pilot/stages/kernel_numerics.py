@@ -1,4 +1,5 @@
-"""Stage kernel_numerics: the kernels against PyTorch per op, dtype and shape, and the replaced model against the plain one."""
+"""Stage kernel_numerics: the kernels against PyTorch per op, dtype and shape, and the replaced model against the
+plain one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Stage moe_reduced: the reduced Qwen3 MoE trained with its kernels replaced, its router load, and the same run without the replacements."""
+"""Stage moe_reduced: the reduced Qwen3 MoE trained with its kernels replaced, its router load, and the same run
+without the replacements."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Stage pin_env: each pinned package against the installed version (rule pin_package, one stamp per package), then the whole environment for the report."""
+"""Stage pin_env: each pinned package against the installed version (rule pin_package, one stamp per package),
+then the whole environment for the report."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Stages train_hf and train_native: one recipe trained from the fetched weights, a random-init control on the same batch, the loaded-weights gate and, with kernel replacements, the same run without them."""
+"""Stages train_hf and train_native: one recipe trained from the fetched weights, a random-init control on the
+same batch, the loaded-weights gate and, with kernel replacements, the same run without them."""
 
 from __future__ import annotations
 
