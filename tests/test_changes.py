@@ -79,6 +79,8 @@ def test_records_in_lists_are_named_by_their_keys_and_number_changes_are_measure
     assert "change" not in moved["shape"]
     numerics = [{"section": "rope", "op": "fwd", "dtype": "float32", "max_abs_diff": 0.0},
                 {"section": "rope", "op": "fwd", "dtype": "bfloat16", "max_abs_diff": 0.0}]
+    bench = [{"recipe": "train_native", "run": "eager", "median_step_s": 0.2}]
+    assert set(flatten({"table": bench})) == {"table[recipe=train_native,run=eager].median_step_s"}
     assert set(flatten({"numerics": numerics})) == {"numerics[section=rope,op=fwd,dtype=float32].max_abs_diff",
                                                     "numerics[section=rope,op=fwd,dtype=bfloat16].max_abs_diff"}
 

@@ -28,7 +28,7 @@ VOLATILE = re.compile(r"(_s|seconds|mfu_pct|tflops|flops_per_rank)(_|$)")
 
 # What names a record inside a list of records (a step, a numerics row, a parity field): the path of
 # `steps[3].loss` reads `steps[step=4].loss`, which stays the same when a list gains or loses rows.
-RECORD_KEYS = ("step", "layer", "package", "field", "section", "op", "dtype", "shape", "kernel", "module")
+RECORD_KEYS = ("recipe", "run", "step", "layer", "package", "field", "section", "op", "dtype", "shape", "kernel", "module")
 
 
 def record_plan(jobs: Iterable[tuple[str, dict[str, str], str]], started: str, path: Path = PLAN) -> dict[str, Any]:
