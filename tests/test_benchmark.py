@@ -4,6 +4,7 @@ cost, and the config error when cost is asked for without a price."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,12 +15,16 @@ from qwen3_pilot.training import read_steps
 TIMES = [9.0, 0.5, 0.4, 0.20, 0.21, 0.19, 0.20, 0.22, 0.18, 0.20]
 
 
+def record(step, seconds, memory_gib=0.5):
+    return {
+        "step": step, "loss_metrics/global_avg_loss": 5.0, "grad_norm": 1.0, "throughput(tps)": 512 / seconds,
+        "tflops": 0.01 * 0.2 / seconds, "mfu(%)": 1.0, "memory/max_active(GiB)": memory_gib,
+        "time_metrics/end_to_end(s)": seconds, "time_metrics/data_loading(%)": 2.0,
+    }
+
+
 def metrics_file(tmp_path, times=TIMES):
-    lines = [json.dumps({
-        "step": i + 1, "loss_metrics/global_avg_loss": 5.0, "grad_norm": 1.0, "throughput(tps)": 512 / t,
-        "tflops": 0.01 * 0.2 / t, "mfu(%)": 1.0, "memory/max_active(GiB)": 0.5 + 0.01 * i,
-        "time_metrics/end_to_end(s)": t, "time_metrics/data_loading(%)": 2.0,
-    }) for i, t in enumerate(times)]
+    lines = [json.dumps(record(i + 1, t, 0.5 + 0.01 * i)) for i, t in enumerate(times)]
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(reversed(lines)) + "\n")  # out of order on purpose
     return path
@@ -65,3 +70,67 @@ def test_mfu_against_the_backends_peak():
     assert mfu_pct(79.0, 158e12) == pytest.approx(50.0)
     with pytest.raises(BenchmarkError, match="MFU needs a positive peak"):
         mfu_pct(1.0, 0.0)
+
+
+def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster(tmp_path, monkeypatch):
+    """The stage's orchestration with the trainer launches replaced by recorded metric lines: which runs each
+    recipe gets, a compile cache per measurement (the warm one a copy of what the cold run left), the
+    comparisons, cost at a given price, and a note when the warm cache did not reach step 1 first."""
+    from qwen3_pilot.backends import make_backend
+    from qwen3_pilot.launch import Launch
+    from qwen3_pilot.stages import benchmark as stage
+
+    backend = make_backend({"backend": "cpu", "ranks": 2, "neuron": {"lnc": 2}}, str(tmp_path / "cache"))
+    monkeypatch.setattr(stage, "usable_backend", lambda *args: backend)
+    monkeypatch.setattr(stage, "ranks_peak_flops", lambda path: 1e10)
+    monkeypatch.setattr(stage, "read_checkpoint_values", lambda path: {"vocab_size": 256})
+    step1 = {"eager": 9.0, "plain": 8.0, "compiled_cold": 30.0, "compiled_warm": 31.0}  # warm not faster
+    launched = {}
+
+    def fake_launch(what, backend, *, run_dir, extra_env, launch_name, overrides, recipe_path, **kwargs):
+        variant = run_dir.name
+        launched[launch_name] = {"overrides": overrides, "env": extra_env, "recipe": json.loads(recipe_path.read_text())}
+        if variant == "compiled_cold":
+            (Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]) / "graph").parent.mkdir(parents=True, exist_ok=True)
+            (Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]) / "graph").write_text("compiled")
+        if variant == "compiled_warm":  # the cold run's cache, copied
+            assert (Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]) / "graph").read_text() == "compiled"
+        run_dir.mkdir(parents=True)
+        times = [step1[variant] - 1.0, 0.5, 0.2, 0.2, 0.2]
+        clock, lines = 1000.0, []
+        for step, seconds in enumerate(times, start=1):
+            clock += seconds + (1.0 if step == 1 else 0.0)
+            lines.append(record(step, seconds) | {"logged_at": clock})
+        (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+        return Launch([], {}, 0, clock - 1000.0, started_at=1000.0), read_steps(run_dir / "metrics.jsonl")
+
+    monkeypatch.setattr(stage, "launch_and_read", fake_launch)
+    settings = {"recipes": ["train_native", "moe_reduced"], "compile_recipes": ["train_native"], "warmup_steps": 2,
+                "measured_steps": 3, "noisy_cv": 0.1, "cost": True, "price_per_hour": 36.0}
+    rope = {"kernel": "rope_hf", "layers": "*", "module": "attention.rope"}
+    moe = {"layers": 1, "experts": 2, "top_k": 1, "rope_theta": 1e6,
+           "width": {"dim": 8, "n_heads": 2, "n_kv_heads": 1, "head_dim": 4, "moe_hidden_dim": 8}}
+    training = {"steps": 10, "seq_len": 256, "local_batch_size": 1, "global_batch_size": 2, "seed": 0, "lr": 1e-3,
+                "warmup_steps": 1, "mixed_precision_param": "float32", "export_dtype": "float32", "native_flavor": None,
+                "attention": "sdpa", "accepted_differences": {}}
+    summary = stage.run(
+        backend_config={"backend": "cpu", "ranks": 2, "neuron": {"lnc": 2}}, dataset="c4_test", training=training,
+        moe=moe, kernels={"train_native": [], "moe_reduced": [rope]}, settings=settings, cache_root=str(tmp_path),
+        checkpoint_dir=tmp_path, corpus_dir=tmp_path, ranks_summary=tmp_path, out_dir=tmp_path / "runs",
+        summary_path=tmp_path / "summary.json", log_path=tmp_path / "log",
+    )
+    assert set(launched) == {"train_native-eager", "train_native-compiled_cold", "train_native-compiled_warm",
+                             "moe_reduced-eager", "moe_reduced-plain"}
+    assert launched["train_native-compiled_cold"]["overrides"][-3:] == ("--compile.enable", "--compile.backend", "inductor")
+    assert launched["train_native-eager"]["env"] == {} and launched["train_native-eager"]["recipe"]["steps"] == 5
+    assert launched["moe_reduced-plain"]["recipe"]["replacements"] == [] and launched["moe_reduced-eager"]["recipe"]["replacements"] == [rope]
+    figures = summary["figures"]
+    [compiled] = figures["compile"]
+    assert compiled["time_to_step1_s_cold"] == pytest.approx(30.0) and not compiled["warm_below_cold"]
+    assert any(note.startswith("COMPILE CACHE: train_native: the warm-cache compiled run reached step 1 in 31.0 s, "
+                               "not below the cold one's 30.0 s") for note in summary["notes"])
+    assert [row["recipe"] for row in figures["kernels"]] == ["moe_reduced"]
+    cost_rows = {row["recipe"]: row for row in figures["cost"]}
+    eager = next(r for r in figures["table"] if (r["recipe"], r["run"]) == ("train_native", "eager"))
+    assert cost_rows["train_native"]["per_million_tokens"] == pytest.approx(0.01 / eager["tokens_per_s_per_instance"] * 1e6)
+    assert len(figures["step_times"]) == 5 * 5
