@@ -109,13 +109,16 @@ def run_torchrun(command: list[str], added_env: dict[str, str], *, log_path: Pat
                   log_path=log_path, log_start=log_start, log_end=log_path.stat().st_size, rank_log_dir=rank_log_dir)
 
 
+def how_it_ended(launch: Launch) -> str:
+    """ "torchrun exited with code N" or "torchrun was killed by signal N"."""
+    if launch.returncode < 0:
+        return f"torchrun was killed by signal {-launch.returncode}"
+    return f"torchrun exited with code {launch.returncode}"
+
+
 def failure_cause(launch: Launch) -> str:
     """How the launch ended and the first rank error, e.g. "torchrun exited with code 1: local rank 1:
     ValueError: ..."."""
-    if launch.returncode < 0:
-        cause = f"torchrun was killed by signal {-launch.returncode}"
-    else:
-        cause = f"torchrun exited with code {launch.returncode}"
-    error = launch.rank_error()
-    return f"{cause}: {error}" if error else f"{cause}: no rank recorded an error (killed, or it died before " \
-                                              f"Python started; see {launch.log_path})"
+    error = launch.rank_error() or (f"no rank recorded an error (killed, or it died before Python started; "
+                                    f"see {launch.log_path})")
+    return f"{how_it_ended(launch)}: {error}"

@@ -60,7 +60,7 @@ def stage_of_job(rule: str, wildcards: dict[str, str]) -> str:
 
 def titles(config: dict[str, Any]) -> dict[str, str]:
     """Each stage's title with the config's figures in it (steps, layers, experts)."""
-    return {stage: title.format(**config) if "{" in title else title for stage, title in STAGES}
+    return {stage: title.format(**config) for stage, title in STAGES}
 
 
 FAILED_RUN_TITLE = "FAILED RUN: Qwen3 on AWS Trainium pilot audit trail (not a finished pilot)"

@@ -1,5 +1,6 @@
-"""Stages `train_native` and `train_hf`: one recipe for N steps from the fetched weights, a random-init
-control on the same first batch, and the gate that the weights loaded.
+"""What the training stages (stages/train.py, stages/moe_reduced.py, stages/benchmark.py) share: the recipe
+file, the trainer launch, torchtitan's per-step metrics, the loaded-weights gate, and the kernel replacements'
+checks against the same run without them.
 
 Torch-free: the training happens in torchrun's processes (qwen3_pilot.in_ranks: train_entry and recipes); this
 module writes the recipe, launches, and judges what the run measured.
@@ -16,7 +17,7 @@ from typing import Any
 
 from .artifacts import write_json
 from .backends import Backend
-from .launch import Launch, failure_cause, run_torchrun, stop_orphans
+from .launch import Launch, failure_cause, how_it_ended, run_torchrun, stop_orphans
 from .summary import record_measured
 
 CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
@@ -130,10 +131,12 @@ def launch(
 def launch_failure(what: str, launch_result: Launch, parity_path: Path) -> TrainingError:
     """Why a trainer launch failed: the model's differences from config.json when the recipe found any
     (they are the cause, whatever the ranks raised after), else the first rank error."""
-    cause = failure_cause(launch_result)
-    if parity_path.exists() and json.loads(parity_path.read_text())["problems"]:
-        problems = json.loads(parity_path.read_text())["problems"]
-        cause = cause.split(":", 1)[0] + ": the model differs from the checkpoint's config.json:\n  - " + "\n  - ".join(problems)
+    problems = json.loads(parity_path.read_text())["problems"] if parity_path.exists() else []
+    if problems:
+        cause = (f"{how_it_ended(launch_result)}: the model differs from the checkpoint's config.json:\n  - "
+                 + "\n  - ".join(problems))
+    else:
+        cause = failure_cause(launch_result)
     return TrainingError(f"{what}: {cause} (full output: {launch_result.log_path})")
 
 
@@ -285,7 +288,7 @@ def loss_agreement(replaced: list[dict[str, Any]], plain: list[dict[str, Any]], 
 
 def replaced_against_plain(
     stage: str, backend: Backend, *, config_function: str, recipe: dict[str, Any], recipe_path: Path, run: Launch,
-    steps: list[dict[str, Any]], plain_dir: Path | None, log_path: Path, parity_path: Path, kernels: dict[str, Any],
+    steps: list[dict[str, Any]], plain_dir: Path, log_path: Path, parity_path: Path, kernels: dict[str, Any],
     n_layers: int,
 ) -> dict[str, Any] | None:
     """With replacements configured: the launch log's count, then the same recipe without them (same seed,
@@ -294,8 +297,7 @@ def replaced_against_plain(
     if not kernels["rules"]:
         # Nothing of an earlier run with replacements may outlive it.
         plain_recipe.unlink(missing_ok=True)
-        if plain_dir is not None:
-            clear_run_dir(plain_dir)
+        clear_run_dir(plain_dir)
         return None
     figures = replacement_check(stage, run, kernels["rules"], n_layers)
     write_json(plain_recipe, {**recipe, "replacements": []})

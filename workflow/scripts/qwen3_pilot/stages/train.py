@@ -32,7 +32,7 @@ from ..training import (
 def run(
     *, stage: str, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], kernels: dict[str, Any],
     cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
-    control_dir: Path, plain_dir: Path | None, summary_path: Path, log_path: Path,
+    control_dir: Path, plain_dir: Path, summary_path: Path, log_path: Path,
 ) -> dict[str, Any]:
     from ..summary import StageSummary
 
