@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from conftest import PROJECT
-from snakemake.utils import validate
+from conftest import PROJECT, default_config
 
 from qwen3_pilot.backends import cache_env, collective_count_dtype, make_backend, rank_log_files
 from qwen3_pilot.backends.neuron import ToolOutput, launcher_env, read_system_versions, unavailable_reason
@@ -155,10 +154,7 @@ def test_collective_counts_are_32_bit_on_every_backend():
 
 def test_the_largest_count_sent_through_a_collective_fits_int32_at_trn2_scale():
     """The router load of one step summed over all ranks: global batch x seq_len x top_k tokens routed."""
-    merged = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
-    for key, value in yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text()).items():
-        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
-    validate(merged, str(PROJECT / "workflow" / "schemas" / "config.schema.yaml"))  # fills moe.top_k's default
+    merged = default_config(yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text()))  # moe.top_k's default too
     routed = merged["training"]["global_batch_size"] * merged["training"]["seq_len"] * merged["moe"]["top_k"]
     assert routed < 2**31
     # float32 would be exact too (below 2**24): the counts' source buffer in torchtitan is float32.

@@ -154,10 +154,10 @@ def test_an_edited_copy_of_the_signed_report_is_not_used_as_baseline(signed):
     (None, "no such file"), ("{not json", "not readable as JSON"), ('{"stages": []}', "no provenance, environment"),
 ])
 def test_a_configured_baseline_that_is_not_a_report_is_a_config_error(tmp_path, monkeypatch, content, message):
-    from test_config import validated
+    from conftest import default_config
 
     monkeypatch.chdir(tmp_path)
     if content is not None:
         (tmp_path / "old.json").write_text(content)
-    config = validated({"report": {"baseline": "old.json"}})
+    config = default_config({"report": {"baseline": "old.json"}})
     assert any(p.startswith("report.baseline = 'old.json'") and message in p for p in config_problems(config))

@@ -6,23 +6,12 @@ import copy
 
 import pytest
 import yaml
-from conftest import PROJECT, output, planned_jobs, run_snakemake
+from conftest import PROJECT, default_config, output, planned_jobs, run_snakemake
 from snakemake.utils import validate
 
 from qwen3_pilot.config import ConfigError, check_config, config_problems, is_pinned_revision
 
 SCHEMA = PROJECT / "workflow" / "schemas" / "config.schema.yaml"
-
-
-def validated(overlay: dict) -> dict:
-    config = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
-    for key, value in overlay.items():
-        if isinstance(value, dict):
-            config.setdefault(key, {}).update(value)
-        else:
-            config[key] = value
-    validate(config, str(SCHEMA))
-    return config
 
 
 @pytest.mark.parametrize(
@@ -56,7 +45,7 @@ def test_seq_len_the_rope_kernel_cannot_take_stops_the_run(workspace):
 
 
 def test_defaults_fill_in_and_the_default_config_passes():
-    config = validated({})
+    config = default_config()
     assert config["neuron"]["lnc"] == 2 and config["fixture"]["head_dim"] == 64
     assert config_problems(config) == []
 
@@ -97,7 +86,7 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
     ],
 )
 def test_cross_key_rules_name_key_value_and_what_is_allowed(change, message):
-    config = copy.deepcopy(validated({}))
+    config = copy.deepcopy(default_config())
     change(config)
     with pytest.raises(ConfigError) as raised:
         check_config(config)
