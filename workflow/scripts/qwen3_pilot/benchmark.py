@@ -116,6 +116,13 @@ def variants(recipe: str, rules: list[dict[str, str]], settings: dict[str, Any],
     return runs
 
 
+def run_paths(runs_dir: Path, recipe: str, variant: str) -> tuple[Path, Path, str]:
+    """One benchmark run's recipe file, run folder and launch name (its ranks' log folder), for the stage and
+    the preflight alike."""
+    folder = Path(runs_dir) / recipe
+    return folder / f"recipe.{variant}.json", folder / variant, f"{recipe}-{variant}"
+
+
 def compile_cache_folder(recipe_dir: Path, variant: str) -> Path | None:
     """The compile cache of a compiled run: its own folder per measurement (cold, warm), none for eager."""
     if not variant.startswith("compiled_"):

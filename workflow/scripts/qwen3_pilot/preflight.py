@@ -261,19 +261,20 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
 def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Path) -> list[dict[str, Any]]:
     """The benchmark stage's launches: per recipe and run, with the compile backend and the fresh compile
     cache folder of each compiled measurement."""
-    from .benchmark import RUN_OVERRIDES, compile_cache_folder, variants
+    from .benchmark import RUN_OVERRIDES, compile_cache_folder, run_paths, variants
     from .training import CONFIG_FUNCTIONS, trainer_launch
 
     launches = []
+    runs_dir = results / "benchmark" / "runs"
     for recipe in config["benchmark"]["recipes"]:
-        folder = results / "benchmark" / "runs" / recipe
         rules = stage_kernel_rules(config, recipe)
         for variant, _, flags in variants(recipe, rules, config["benchmark"], backend.compile_backend):
-            cache = compile_cache_folder(folder, variant)
+            recipe_path, run_dir, launch_name = run_paths(runs_dir, recipe, variant)
+            cache = compile_cache_folder(run_dir.parent, variant)
             command, env = trainer_launch(
-                backend, backend.expected_ranks, CONFIG_FUNCTIONS[recipe], folder / f"recipe.{variant}.json",
-                folder / variant, (*RUN_OVERRIDES, *flags), sys.executable,
-                rank_log_dir=backend.rank_log_dir(logs / "benchmark" / "benchmark.log", f"{recipe}-{variant}"),
+                backend, backend.expected_ranks, CONFIG_FUNCTIONS[recipe], recipe_path, run_dir,
+                (*RUN_OVERRIDES, *flags), sys.executable,
+                rank_log_dir=backend.rank_log_dir(logs / "benchmark" / "benchmark.log", launch_name),
                 extra_env=backend.compile_cache_env(cache) if cache else None,
             )
             launches.append({"stage": "benchmark", "launch": f"{recipe} {variant}", "command": command, "env": env})

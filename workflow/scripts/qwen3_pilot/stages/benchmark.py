@@ -16,6 +16,7 @@ from ..benchmark import (
     cost,
     kernel_effect,
     run_figures,
+    run_paths,
     table_row,
     variants,
 )
@@ -52,7 +53,7 @@ def run(
         folder.mkdir(parents=True, exist_ok=True)
         runs: dict[str, dict[str, Any]] = {}
         for variant, replacements, flags in variants(name, kernels[name], settings, backend.compile_backend):
-            recipe_path, run_dir = folder / f"recipe.{variant}.json", folder / variant
+            recipe_path, run_dir, launch_name = run_paths(out_dir, name, variant)
             extra = {}
             if name == "moe_reduced":
                 extra = {"moe": model_spec(moe, moe["width"], vocab_size, training["seq_len"]),
@@ -67,7 +68,7 @@ def run(
                 f"{STAGE} {name} ({variant})", backend, config_function=CONFIG_FUNCTIONS[name],
                 recipe_path=recipe_path, run_dir=run_dir, log_path=log_path, parity_path=folder / "parity.json",
                 expected_steps=warmup + measured, overrides=(*RUN_OVERRIDES, *flags),
-                extra_env=compile_cache(backend, folder, variant), launch_name=f"{name}-{variant}",
+                extra_env=compile_cache(backend, folder, variant), launch_name=launch_name,
             )
             lines = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
             runs[variant] = run_figures(steps, lines, launch.started_at, warmup=warmup, ranks=backend.expected_ranks,
