@@ -15,6 +15,7 @@ include: "rules/ranks.smk"
 include: "rules/train.smk"
 include: "rules/benchmark.smk"
 include: "rules/report.smk"
+include: "rules/archive.smk"
 
 
 rule all:

@@ -15,6 +15,8 @@ rule benchmark:
     conda:
         SOFTWARE_ENV
     threads: ALL_CORES
+    resources:
+        **get_instance_resources(),
     params:
         backend=get_backend_config(),
         training=config["training"],
@@ -23,5 +25,7 @@ rule benchmark:
         settings=config["benchmark"],
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
+    message:
+        get_launch_message("benchmark", "qwen3_pilot.in_ranks.train_entry")
     script:
         "../workflow/scripts/benchmark.py"

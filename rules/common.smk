@@ -7,9 +7,11 @@ from snakemake.utils import validate
 # The stage logic is a package beside the scripts; `make` installs it, this covers a bare checkout.
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
+from qwen3_pilot.archive import pilot_config
+from qwen3_pilot.backends import BACKEND_CONFIG_KEYS
 from qwen3_pilot.config import (
     CACHE_ROOT,
-    check_config,
+    resolve_config,
     config_digest,
     stage_kernel_rules,
 )
@@ -18,7 +20,7 @@ from qwen3_pilot.report import STAGES, UPSTREAM, skipped_stages
 from qwen3_pilot.summary import now_iso
 
 validate(config, schema="../workflow/schemas/config.schema.yaml")
-check_config(config)
+resolve_config(config)
 
 BACKEND = config["backend"]
 # When this invocation began: the failed-run report tells this run's results from earlier runs' by it.
@@ -65,9 +67,62 @@ def get_weights_cache():
 ALL_CORES = workflow.resource_settings.cores or 1
 
 
+# On a SLURM cluster (profiles/slurm sets each rule's time, memory and exclusivity): the placement and size
+# that come from the workflow config. Local runs ignore these resources.
+def slurm_placement(partition):
+    placement = {
+        "slurm_partition": partition,
+        "slurm_account": config["slurm"]["account"],
+    }
+    return {key: value for key, value in placement.items() if value is not None}
+
+
+def get_instance_resources(nodes=None):
+    """A stage that runs on the instances: `nodes` of them (default config `nodes`), with their CPUs and the
+    Neuron devices. On more than one node the job is an MPI-style job: the plugin does not wrap it in
+    `srun -n1`, and the stage starts torchrun on every node with srun itself (multi_node.launcher).
+    """
+    slurm, nodes = config["slurm"], nodes or config["nodes"]
+    resources = {"nodes": nodes, **slurm_placement(slurm["partition"])}
+    if nodes > 1:
+        resources.update(mpi="srun", tasks=nodes)
+    sizes = {
+        "cpus_per_task": slurm["instance_cpus"],
+        "constraint": slurm["constraint"],
+        "gres": slurm["gres"],
+    }
+    resources.update({key: value for key, value in sizes.items() if value is not None})
+    return resources
+
+
+def get_small_resources():
+    """A stage that needs no instance: a share of a small node."""
+    return slurm_placement(
+        config["slurm"]["small_partition"] or config["slurm"]["partition"]
+    )
+
+
+def get_launch_message(stage, module):
+    """On more than one node, what the job launches, for `snakemake -n` to show: the stage's torchrun on every
+    node (built by the code the stage launches with). On one node, None: Snakemake's usual job listing.
+    """
+    if config["nodes"] == 1:
+        return None
+    from qwen3_pilot.backends import make_backend
+
+    backend = make_backend(config, CACHE_ROOT)
+    command = backend.torchrun_command(
+        "python", backend.ranks_per_node, module, ["..."]
+    )
+    return (
+        f"{stage} on {config['nodes']} nodes x {backend.ranks_per_node} ranks, launched from the first node "
+        f"of the job's allocation: {' '.join(command)}"
+    )
+
+
 def get_backend_config():
     """The keys a backend is built from; rules pass only these, so other config edits leave them cached."""
-    return {key: config[key] for key in ("backend", "ranks", "neuron")}
+    return {key: config[key] for key in BACKEND_CONFIG_KEYS}
 
 
 # Training stages: what every torchrun stage reads, and the pins each recipe depends on.
@@ -164,12 +219,20 @@ def write_failed_report():
     """After a failed run (onerror): results/report.{html,json} from what is on disk, with the failed
     stages, what they measured and the stages they blocked; the run still exits non-zero.
     """
+    from qwen3_pilot.archive import archive_failed_alone
     from qwen3_pilot.report import build_failed_report
 
+    # `snakemake archive` failed after the pilot finished: its report stays the one that was archived.
+    if archive_failed_alone(Path("results"), RUN_STARTED):
+        print(
+            "the archive failed (results/failures/archive.json); results/report.html is left as it was",
+            file=sys.stderr,
+        )
+        return
     try:
         failed_report = build_failed_report(
-            config=config,
-            config_digest=config_digest(config),
+            config=pilot_config(config),
+            config_digest=config_digest(pilot_config(config)),
             workflow_dir=Path(workflow.basedir),
             results=Path("results"),
             run_started=RUN_STARTED,

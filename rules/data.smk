@@ -13,6 +13,8 @@ rule fetch_corpus:
         "logs/fetch_corpus/fetch_corpus.log",
     conda:
         SOFTWARE_ENV
+    resources:
+        **get_small_resources(),
     params:
         data=config["data"],
         backend=BACKEND,
@@ -34,6 +36,8 @@ rule fixture_checkpoint:
         "logs/fixture_checkpoint/fixture_checkpoint.log",
     conda:
         SOFTWARE_ENV
+    resources:
+        **get_small_resources(),
     params:
         fixture=config["fixture"],
         repo_id=config["weights"]["repo_id"],
@@ -56,6 +60,8 @@ rule fetch_weights:
         "logs/fetch_weights/fetch_weights.log",
     conda:
         SOFTWARE_ENV
+    resources:
+        **get_small_resources(),
     params:
         weights=config["weights"],
         cache_dir=get_weights_cache(),

@@ -3,6 +3,11 @@
 
 # One stamp per pinned package. Its params hold only that package's pin and installed version, so
 # bumping one pin re-runs this rule for that package alone, and only the stages that use its stamp.
+# The installed version is read when the workflow is parsed: no cluster job needed for the stamp.
+localrules:
+    pin_package,
+
+
 rule pin_package:
     output:
         "results/pin_env/packages/{package}.json",
@@ -30,6 +35,8 @@ rule pin_env:
         "logs/pin_env/summary.log",
     conda:
         SOFTWARE_ENV
+    resources:
+        **get_instance_resources(nodes=1),
     params:
         backend=get_backend_config(),
         pins_file=PINS_FILE,

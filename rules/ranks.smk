@@ -14,9 +14,13 @@ rule verify_ranks:
     conda:
         SOFTWARE_ENV
     threads: ALL_CORES
+    resources:
+        **get_instance_resources(),
     params:
         backend=get_backend_config(),
         plan=config["plan"],
         cache_root=CACHE_ROOT,
+    message:
+        get_launch_message("verify_ranks", "qwen3_pilot.in_ranks.rank_worker")
     script:
         "../workflow/scripts/verify_ranks.py"

@@ -15,9 +15,12 @@ rule report:
         "logs/report/report.log",
     conda:
         SOFTWARE_ENV
+    resources:
+        **get_small_resources(),
     params:
-        config=config,
-        config_digest=config_digest(config),
+        # Not `archive`: where a finished run is copied is not part of it (qwen3_pilot.archive.pilot_config).
+        config=pilot_config(config),
+        config_digest=config_digest(pilot_config(config)),
         backend=BACKEND,
     script:
         "../workflow/scripts/report.py"

@@ -25,12 +25,16 @@ rule train:
     conda:
         SOFTWARE_ENV
     threads: ALL_CORES
+    resources:
+        **get_instance_resources(),
     params:
         backend=get_backend_config(),
         training=config["training"],
         kernels=get_recipe_kernel_rules,
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
+    message:
+        get_launch_message("{wildcards.recipe}", "qwen3_pilot.in_ranks.train_entry")
     script:
         "../workflow/scripts/train.py"
 
@@ -46,6 +50,8 @@ rule compare_recipes:
         "logs/compare_recipes/compare_recipes.log",
     conda:
         SOFTWARE_ENV
+    resources:
+        **get_small_resources(),
     params:
         tolerance=config["training"]["recipe_agreement_tolerance"],
         backend=BACKEND,
@@ -53,7 +59,8 @@ rule compare_recipes:
         "../workflow/scripts/compare_recipes.py"
 
 
-# Each recipe's HF export at its last step, completed and reloaded with transformers; runs on the host CPU.
+# Each recipe's HF export at its last step, completed and reloaded with transformers; runs on the host CPU
+# (of an instance: the 4B checkpoints need its memory).
 rule export_reload:
     input:
         stamps=pin_stamps(
@@ -73,6 +80,8 @@ rule export_reload:
         "logs/export_reload/export_reload.log",
     conda:
         SOFTWARE_ENV
+    resources:
+        **get_instance_resources(nodes=1),
     params:
         settings=config["export_reload"],
         steps=config["training"]["steps"],
@@ -99,6 +108,8 @@ rule moe_reduced:
     conda:
         SOFTWARE_ENV
     threads: ALL_CORES
+    resources:
+        **get_instance_resources(),
     params:
         backend=get_backend_config(),
         training=config["training"],
@@ -106,6 +117,8 @@ rule moe_reduced:
         kernels=get_kernel_rules("moe_reduced"),
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
+    message:
+        get_launch_message("moe_reduced", "qwen3_pilot.in_ranks.train_entry")
     script:
         "../workflow/scripts/moe_reduced.py"
 
@@ -123,6 +136,8 @@ rule kernel_numerics:
         "benchmarks/kernel_numerics.tsv"
     conda:
         SOFTWARE_ENV
+    resources:
+        **get_instance_resources(nodes=1),
     params:
         backend=get_backend_config(),
         settings=config["kernel_numerics"],

@@ -58,16 +58,25 @@ def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 
 
 def default_config(*overlays: dict) -> dict:
-    """config/config.yaml with `overlays` laid over it (as --configfile does) and the schema's defaults filled in."""
+    """config/config.yaml with `overlays` laid over it (as --configfile does), the schema's defaults and the
+    derived keys filled in (not checked: tests build broken configs from it)."""
     from snakemake.utils import validate
 
-    from qwen3_pilot.config import deep_update
+    from qwen3_pilot.config import deep_update, fill_derived
 
     config = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
     for overlay in overlays:
         config = deep_update(config, overlay)
     validate(config, str(PROJECT / "workflow" / "schemas" / "config.schema.yaml"))
-    return config
+    return fill_derived(config)
+
+
+def backend_config(backend: str = "cpu", ranks: int = 2, **keys) -> dict:
+    """The config keys a backend is built from (what the rules pass), the schema's defaults for the rest."""
+    from qwen3_pilot.backends import BACKEND_CONFIG_KEYS
+
+    config = default_config()
+    return {**{key: config[key] for key in BACKEND_CONFIG_KEYS}, "backend": backend, "ranks": ranks, **keys}
 
 
 def planned_stages(result: subprocess.CompletedProcess) -> set[str]:

@@ -9,16 +9,23 @@ import sys
 from pathlib import Path
 
 import yaml
-from conftest import PROJECT, default_config
+from conftest import PROJECT, backend_config, default_config
 
-from qwen3_pilot.backends import cache_env, collective_count_dtype, make_backend, rank_log_files
+from qwen3_pilot.backends import (
+    FIRST_NODE_OF_ALLOCATION,
+    cache_env,
+    collective_count_dtype,
+    make_backend,
+    multi_node_launch,
+    rank_log_files,
+)
 from qwen3_pilot.backends.neuron import ToolOutput, launcher_env, read_system_versions, unavailable_reason
 
 NEURON = {"chips": 16, "cores_per_chip": 8, "lnc": 2, "hbm_per_chip_gib": 96}
 
 
 def config(backend: str, ranks: int) -> dict:
-    return {"backend": backend, "ranks": ranks, "neuron": dict(NEURON)}
+    return backend_config(backend, ranks, neuron=dict(NEURON))
 
 
 def test_cpu_backend_uses_gloo_and_the_configured_ranks(tmp_path):
@@ -174,3 +181,77 @@ def test_cpu_peak_measurement_is_a_positive_rate():
     from qwen3_pilot.backends.cpu import measure_peak_flops
 
     assert 1e8 < measure_peak_flops(seconds=0.1) < 1e14
+
+
+# ---- more than one node ----
+
+def two_nodes(backend: str = "cpu", ranks: int = 2, **multi_node) -> dict:
+    settings = {**default_config()["multi_node"], **multi_node}
+    return {**config(backend, ranks), "nodes": 2, "multi_node": settings}
+
+
+def test_one_node_launches_torchrun_standalone_without_a_launcher(tmp_path):
+    backend = make_backend(config("cpu", 2), str(tmp_path))
+    command = backend.torchrun_command("python", 2, "some.module", ["--flag"])
+    assert backend.multi_node is None
+    assert command[:5] == ["python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+
+
+def test_two_nodes_run_srun_torchrun_with_a_c10d_rendezvous_on_the_first_node_of_the_allocation():
+    # torchtitan's multinode_trainer.slurm: srun torchrun --nnodes N --rdzv_backend c10d --rdzv_endpoint <head>:port
+    environ = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "trn2-[7-8]", "SLURM_JOB_NUM_NODES": "2"}
+    expanded = []
+    launch = multi_node_launch(two_nodes(), environ, hostnames=lambda nodelist: expanded.append(nodelist) or
+                               ["trn2-7", "trn2-8"])
+    assert expanded == ["trn2-[7-8]"] and launch.problem is None
+    assert launch.torchrun_options() == [
+        "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=trn2-7:29500", "--rdzv-id=4242",
+    ]
+    backend = dataclasses.replace(make_backend(config("cpu", 2), "/cache"), multi_node=launch, expected_ranks=4)
+    command = backend.torchrun_command("python", 2, "some.module", ["--flag"])
+    assert command[:command.index("python")] == ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    assert "--standalone" not in command and "--nproc-per-node=2" in command
+    assert command[-2:] == ["some.module", "--flag"]
+
+
+def test_world_size_is_nodes_times_ranks_per_node_and_torchrun_starts_ranks_per_node(tmp_path):
+    cpu = make_backend(two_nodes("cpu", 3, rdzv_host="10.0.0.1"), str(tmp_path))
+    assert (cpu.ranks_per_node, cpu.expected_ranks) == (3, 6)
+    assert "--rdzv-endpoint=10.0.0.1:29500" in cpu.torchrun_command("python", cpu.ranks_per_node, "m", [])
+    neuron = make_backend({**two_nodes("neuron", 64, rdzv_host="10.0.0.1"), "neuron": dict(NEURON)}, str(tmp_path))
+    assert (neuron.ranks_per_node, neuron.expected_ranks) == (64, 128)
+
+
+def test_a_configured_rendezvous_host_and_port_need_no_slurm():
+    launch = multi_node_launch(two_nodes(rdzv_host="10.0.0.1", rdzv_port=29600), environ={})
+    assert launch.problem is None and launch.endpoint == "10.0.0.1:29600" and launch.rdzv_id == "qwen3-pilot"
+
+
+def test_outside_an_allocation_the_multi_node_launch_says_what_is_missing_but_is_still_built():
+    launch = multi_node_launch(two_nodes(), environ={})
+    assert launch.endpoint == f"{FIRST_NODE_OF_ALLOCATION}:29500"
+    assert "multi_node.rdzv_host = null" in launch.problem and "SLURM_JOB_NODELIST is unset" in launch.problem
+
+
+def test_an_allocation_of_another_size_is_refused_before_any_launch():
+    launch = multi_node_launch(two_nodes(), {"SLURM_JOB_NODELIST": "a", "SLURM_JOB_NUM_NODES": "1"},
+                               hostnames=lambda nodelist: ["a"])
+    assert launch.problem.startswith("nodes = 2, but this SLURM allocation has 1 node(s)")
+
+
+def test_the_backend_cannot_run_a_multi_node_launch_outside_an_allocation(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    monkeypatch.delenv("SLURM_JOB_NUM_NODES", raising=False)
+    monkeypatch.delenv("SLURM_NNODES", raising=False)
+    backend = make_backend(two_nodes(), str(tmp_path))
+    assert "SLURM_JOB_NODELIST is unset" in backend.unavailable_reason
+
+
+def test_neuron_on_two_nodes_adds_the_efa_settings_but_keeps_the_users(tmp_path):
+    trn2_two = {**two_nodes("neuron", 64), "neuron": dict(NEURON)}
+    env = launcher_env(trn2_two, str(tmp_path), environ={"FI_EFA_FORK_SAFE": "0"})
+    assert env["FI_PROVIDER"] == "efa" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert "FI_EFA_FORK_SAFE" not in env  # the user's own value reaches the ranks from the environment
+    # TorchNeuron derives the runtime's root communicator from MASTER_ADDR (global rank 0's host).
+    assert "NEURON_RT_ROOT_COMM_ID" not in env
+    assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA"} & set(launcher_env(config("neuron", 64), str(tmp_path)))

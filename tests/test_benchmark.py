@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import backend_config
 
 from qwen3_pilot.benchmark import BenchmarkError, cost, mfu_pct, percentile, split_phases, steady_state
 from qwen3_pilot.training import read_steps
@@ -80,7 +81,7 @@ def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster
     from qwen3_pilot.launch import Launch
     from qwen3_pilot.stages import benchmark as stage
 
-    backend = make_backend({"backend": "cpu", "ranks": 2, "neuron": {"lnc": 2}}, str(tmp_path / "cache"))
+    backend = make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
     monkeypatch.setattr(stage, "usable_backend", lambda *args: backend)
     monkeypatch.setattr(stage, "ranks_peak_flops", lambda path: 1e10)
     monkeypatch.setattr(stage, "read_checkpoint_values", lambda path: {"vocab_size": 256})

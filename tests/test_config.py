@@ -9,7 +9,7 @@ import yaml
 from conftest import PROJECT, default_config, output, planned_jobs, run_snakemake
 from snakemake.utils import validate
 
-from qwen3_pilot.config import ConfigError, check_config, config_problems, is_pinned_revision
+from qwen3_pilot.config import ConfigError, check_config, config_problems, is_pinned_revision, resolve_config
 
 SCHEMA = PROJECT / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -53,10 +53,13 @@ def test_defaults_fill_in_and_the_default_config_passes():
 def test_trn2_config_is_valid_and_has_the_pilot_values():
     config = yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text())
     validate(config, str(SCHEMA))
-    check_config(config)
-    assert (config["backend"], config["ranks"], config["neuron"]["lnc"]) == ("neuron", 64, 2)
+    resolve_config(config)
+    assert (config["backend"], config["ranks"], config["nodes"], config["neuron"]["lnc"]) == ("neuron", 64, 1, 2)
     assert config["weights"]["repo_id"] == "Qwen/Qwen3-4B-Instruct-2507"
+    # global_batch_size: null is one sequence per rank, over every node.
     assert (config["training"]["local_batch_size"], config["training"]["global_batch_size"]) == (1, 64)
+    assert default_config(yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text()),
+                          {"nodes": 2})["training"]["global_batch_size"] == 128
     assert config["training"]["steps"] == 10 and config["data"]["dataset"] == "c4_test"
     # The seed's third configuration: the reduced MoE with both kernels; SDPA attention everywhere.
     assert config["kernels"]["moe_reduced"] == ["rope_hf", "moe_grouped_experts"]
@@ -69,7 +72,7 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
         (lambda c: c.update(backend="neuron", ranks=32, weights={**c["weights"], "source": "hub"}),
          "ranks = 32: on the neuron backend it must equal chips x cores_per_chip / lnc = 16 x 8 / 2 = 64"),
         (lambda c: c["training"].update(global_batch_size=3),
-         "training.global_batch_size = 3: must be a multiple of training.local_batch_size x ranks = 1 x 2 = 2"),
+         "training.global_batch_size = 3: must be a multiple of training.local_batch_size x ranks x nodes = 1 x 2 x 1 = 2"),
         (lambda c: c["fixture"].update(num_key_value_heads=3),
          "fixture.num_key_value_heads = 3: must divide fixture.num_attention_heads = 4"),
         (lambda c: c["neuron"].update(lnc=1) or c["training"].update(seq_len=200),

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from conftest import PROJECT
+from conftest import PROJECT, backend_config
 
 from qwen3_pilot.backends import make_backend
 from qwen3_pilot.launch import PID_FILE, Launch, failure_cause, run_torchrun
@@ -26,8 +26,7 @@ main()
 
 
 def backend(tmp_path):
-    config = {"backend": "cpu", "ranks": 2, "neuron": {"chips": 16, "cores_per_chip": 8, "lnc": 2, "hbm_per_chip_gib": 96}}
-    return make_backend(config, str(tmp_path / "cache"))
+    return make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
 
 
 def launch(tmp_path, module_source):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PROJECT
+from conftest import PROJECT, backend_config
 
 from qwen3_pilot.backends import make_backend
 from qwen3_pilot.backends.neuron import (
@@ -155,7 +155,7 @@ def test_read_topology_names_the_package_when_neuron_ls_is_missing():
 
 def test_verify_ranks_stops_on_a_topology_problem_before_launching_any_rank(tmp_path):
     backend = dataclasses.replace(
-        make_backend({"backend": "cpu", "ranks": 2, "neuron": {}}, str(tmp_path / "cache")),
+        make_backend(backend_config("cpu", 2), str(tmp_path / "cache")),
         topology=lambda: neuron_topology(recorded("neuron-ls.trn2-container.json"), TRN2["neuron"], TRN2["ranks"]),
     )
     with pytest.raises(RankCheckError, match="expected ranks = 64") as raised:
@@ -165,9 +165,9 @@ def test_verify_ranks_stops_on_a_topology_problem_before_launching_any_rank(tmp_
 
 
 def test_the_neuron_backend_offers_its_topology_check(tmp_path):
-    backend = make_backend({"backend": "neuron", "ranks": 64, "neuron": TRN2["neuron"]}, str(tmp_path))
+    backend = make_backend(backend_config("neuron", 64, neuron=TRN2["neuron"]), str(tmp_path))
     assert backend.topology is not None
-    assert make_backend({"backend": "cpu", "ranks": 2, "neuron": {}}, str(tmp_path)).topology is None
+    assert make_backend(backend_config("cpu", 2), str(tmp_path)).topology is None
 
 
 # ---- system versions: per-device figures, dpkg on Ubuntu, rpm on Amazon Linux 2023 ----

@@ -95,3 +95,23 @@ def test_a_torchtitan_missing_a_field_the_recipes_use_fails(tmp_path, monkeypatc
     assert report["failed"] == ["torchtitan_api"]
     assert ("torchtitan.config.TrainingConfig has no field field_from_the_future (the recipes set it; upstream has "
             "it since 2027-01-01)") in report["checks"]["torchtitan_api"]["error"]
+
+
+def test_a_two_node_trn2_config_prints_srun_torchrun_launches_with_the_efa_settings(tmp_path, monkeypatch):
+    from qwen3_pilot.backends import FIRST_NODE_OF_ALLOCATION, make_backend
+    from qwen3_pilot.preflight import launch_plan, load_config
+
+    for key in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE"):
+        monkeypatch.delenv(key, raising=False)
+    (tmp_path / "nodes.yaml").write_text(yaml.safe_dump({"nodes": 2}))
+    config = load_config([TRN2, tmp_path / "nodes.yaml"])
+    assert config["training"]["global_batch_size"] == 128
+    launches = launch_plan(config, make_backend(config, str(tmp_path / "cache")), PROJECT)
+    assert len(launches) > 5
+    for launch in launches:
+        command = " ".join(launch["command"])
+        assert command.startswith("srun --ntasks-per-node=1 --kill-on-bad-exit=1 "), command
+        assert (f"--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint={FIRST_NODE_OF_ALLOCATION}:29500 "
+                "--rdzv-id=qwen3-pilot --nproc-per-node=64") in command
+        assert {key: launch["env"][key] for key in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE")} == {
+            "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}

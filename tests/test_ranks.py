@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import backend_config
 
 from qwen3_pilot.backends import make_backend
 from qwen3_pilot.ranks import RankCheckError, check_rank_records, verify_ranks
@@ -30,9 +31,17 @@ def test_missing_duplicate_and_wrong_ranks_are_named():
     assert "rank 0: all_gather = [0, 0], expected [0, 1, 2, 3]" in text
 
 
+def test_ranks_of_a_multi_node_launch_must_span_as_many_hosts_as_nodes():
+    two_hosts = [record(0, host="trn2-7"), record(1, host="trn2-8")]
+    assert check_rank_records(two_hosts, 2, "cpu", nodes=2) == []
+    assert check_rank_records([record(0), record(1)], 2, "cpu", nodes=2) == [
+        "the ranks ran on 1 host(s) (h), expected nodes = 2"
+    ]
+
+
 @pytest.fixture
 def cpu_backend(tmp_path):
-    return make_backend({"backend": "cpu", "ranks": 2, "neuron": {}}, str(tmp_path / "cache"))
+    return make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
 
 
 def test_two_gloo_ranks_run_the_collectives(tmp_path, cpu_backend):

@@ -46,11 +46,12 @@ def config_problems(config: dict[str, Any]) -> list[str]:
             f"= {neuron['chips']} x {neuron['cores_per_chip']} / {lnc} = {expected_neuron_ranks(neuron)}"
         )
 
-    per_step = training["local_batch_size"] * config["ranks"]
+    per_step = training["local_batch_size"] * config["ranks"] * config["nodes"]
     if training["global_batch_size"] % per_step:
         problems.append(
             f"training.global_batch_size = {training['global_batch_size']}: must be a multiple of "
-            f"training.local_batch_size x ranks = {training['local_batch_size']} x {config['ranks']} = {per_step}"
+            f"training.local_batch_size x ranks x nodes = {training['local_batch_size']} x {config['ranks']} x "
+            f"{config['nodes']} = {per_step}"
         )
 
     fixture = config["fixture"]
@@ -93,6 +94,22 @@ def baseline_problems(path: Path) -> list[str]:
         return [f"{where}: not readable as JSON ({error})"]
     missing = [key for key in ("stages", "provenance", "environment") if not isinstance(baseline, dict) or key not in baseline]
     return [f"{where}: not a pilot report.json (no {', '.join(missing)})"] if missing else []
+
+
+def fill_derived(config: dict[str, Any]) -> dict[str, Any]:
+    """After `validate()`: the keys whose null means "derived from other keys". training.global_batch_size
+    = null is one sequence per rank per step (local batch x ranks x nodes), so a config keeps working when
+    `nodes` changes."""
+    training = config["training"]
+    if training["global_batch_size"] is None:
+        training["global_batch_size"] = training["local_batch_size"] * config["ranks"] * config["nodes"]
+    return config
+
+
+def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
+    """After `validate()`: the derived keys filled in, then the cross-key rules checked."""
+    check_config(fill_derived(config))
+    return config
 
 
 def check_config(config: dict[str, Any]) -> None:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import yaml
 
-from .config import CACHE_ROOT, check_config, deep_update, stage_kernel_rules
+from .config import CACHE_ROOT, deep_update, resolve_config, stage_kernel_rules
 
 PROJECT = Path(__file__).resolve().parents[3]
 DEFAULT_MODEL_CONFIGS = PROJECT.parent / "shared" / "data" / "qwen3-configs"
@@ -65,7 +65,7 @@ def load_config(configfiles: list[Path], project: Path = PROJECT) -> dict[str, A
             raise PreflightError(f"{path}: expected a mapping of config keys, got {type(overlay).__name__}")
         config = deep_update(config, overlay)
     validate(config, schema=str(project / "workflow" / "schemas" / "config.schema.yaml"))
-    check_config(config)
+    resolve_config(config)
     if config["backend"] != "neuron":
         raise PreflightError(f"backend = {config['backend']!r}: the preflight checks a neuron (trn2) configuration")
     return config
@@ -237,7 +237,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
     python, results, logs = sys.executable, project / "results", project / "logs"
     launches = [{
         "stage": "verify_ranks", "launch": "ranks",
-        "command": rank_worker_command(backend, backend.expected_ranks, results / "verify_ranks" / "ranks", python,
+        "command": rank_worker_command(backend, backend.ranks_per_node, results / "verify_ranks" / "ranks", python,
                                        backend.rank_log_dir(logs / "verify_ranks" / "verify_ranks.log", "ranks")),
         "env": backend.launcher_env,
     }]
@@ -249,7 +249,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
             kinds.append(("plain", (), PLAIN_RECIPE))
         for kind, overrides, recipe in kinds:
             command, env = trainer_launch(
-                backend, backend.expected_ranks, CONFIG_FUNCTIONS[stage], results / stage / recipe,
+                backend, backend.ranks_per_node, CONFIG_FUNCTIONS[stage], results / stage / recipe,
                 results / stage / kind, overrides, python,
                 rank_log_dir=backend.rank_log_dir(logs / stage / f"{stage}.log", kind),
             )
@@ -272,7 +272,7 @@ def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Pat
             recipe_path, run_dir, launch_name = run_paths(runs_dir, recipe, variant)
             cache = compile_cache_folder(run_dir.parent, variant)
             command, env = trainer_launch(
-                backend, backend.expected_ranks, CONFIG_FUNCTIONS[recipe], recipe_path, run_dir,
+                backend, backend.ranks_per_node, CONFIG_FUNCTIONS[recipe], recipe_path, run_dir,
                 (*RUN_OVERRIDES, *flags), sys.executable,
                 rank_log_dir=backend.rank_log_dir(logs / "benchmark" / "benchmark.log", launch_name),
                 extra_env=backend.compile_cache_env(cache) if cache else None,
@@ -312,6 +312,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
     if config is not None:
         checks["config"]["figures"] = {
             "files": [str(p) for p in configfiles], "backend": config["backend"], "ranks": config["ranks"],
+            "nodes": config["nodes"],
             "neuron": config["neuron"], "training.seq_len": config["training"]["seq_len"],
             "weights": f"{config['weights']['repo_id']}@{config['weights']['revision']}",
             "kernels": {stage: config["kernels"].get(stage, []) for stage in ("train_native", "moe_reduced")},

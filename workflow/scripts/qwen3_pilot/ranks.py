@@ -21,9 +21,15 @@ def expected_collectives(world_size: int) -> dict[str, Any]:
     return {"all_reduce_sum": world_size * (world_size + 1) / 2, "all_gather": list(range(world_size))}
 
 
-def check_rank_records(records: list[dict[str, Any]], expected_world: int, device_type: str) -> list[str]:
-    """Every way the launched ranks differ from what `expected_world` ranks should report."""
+def check_rank_records(
+    records: list[dict[str, Any]], expected_world: int, device_type: str, nodes: int = 1
+) -> list[str]:
+    """Every way the launched ranks differ from what `expected_world` ranks on `nodes` hosts should report."""
     problems = []
+    hosts = sorted({r["host"] for r in records})
+    if records and len(hosts) != nodes:
+        # srun starting every node's torchrun on one host would still reach the world size.
+        problems.append(f"the ranks ran on {len(hosts)} host(s) ({', '.join(hosts)}), expected nodes = {nodes}")
     expected = expected_collectives(expected_world)
     seen = sorted(r["rank"] for r in records)
     missing = sorted(set(range(expected_world)) - set(seen))
@@ -75,16 +81,18 @@ def launch_ranks(
 def verify_ranks(
     backend: Backend, out_dir: Path, log_path: Path, *, nproc: int | None = None
 ) -> dict[str, Any]:
-    """Launches `nproc` ranks (default: the backend's expected count) and checks them all.
+    """Launches `nproc` ranks per node (default: the backend's ranks per node) on every node and checks
+    them all against the world size (nodes x ranks per node).
 
-    `nproc` differs from the expected count only in tests, to show that a missing rank is caught.
+    `nproc` differs from the backend's only in tests, to show that a missing rank is caught.
     """
     if backend.unavailable_reason:
         raise RankCheckError(f"{backend.name} backend cannot run here: {backend.unavailable_reason}")
     topology = check_topology(backend)
-    nproc = backend.expected_ranks if nproc is None else nproc
+    nproc = backend.ranks_per_node if nproc is None else nproc
     launched, records = launch_ranks(backend, nproc, out_dir, log_path)
-    problems = check_rank_records(records, backend.expected_ranks, backend.device_type)
+    nodes = backend.multi_node.nodes if backend.multi_node else 1
+    problems = check_rank_records(records, backend.expected_ranks, backend.device_type, nodes)
     record_measured(ranks_seen=len(records), rank_records=records, problems=problems)
     if launched.returncode != 0:
         problems.insert(0, f"{failure_cause(launched)} (see {log_path})")
@@ -94,6 +102,8 @@ def verify_ranks(
         )
     return {
         "expected_ranks": backend.expected_ranks,
+        "nodes": nodes,
+        "ranks_per_node": backend.ranks_per_node,
         "ranks_seen": len(records),
         "dist_backend": records[0]["dist_backend"],
         "devices": sorted({r["device"] for r in records}),

@@ -225,7 +225,7 @@ def launch_and_read(
 ) -> tuple[Launch, list[dict[str, Any]]]:
     """One launch on every rank, failed with its reason, and its per-step metrics checked."""
     run = launch(
-        backend, nproc=backend.expected_ranks, config_function=config_function, recipe_path=recipe_path,
+        backend, nproc=backend.ranks_per_node, config_function=config_function, recipe_path=recipe_path,
         run_dir=run_dir, log_path=log_path, overrides=overrides, extra_env=extra_env, launch_name=launch_name,
     )
     if run.returncode != 0:

@@ -8,11 +8,73 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 BACKENDS = ("cpu", "neuron")
+# The config keys a backend is built from: the rules pass only these (other edits leave the stages cached).
+BACKEND_CONFIG_KEYS = ("backend", "ranks", "neuron", "nodes", "multi_node")
+# Where the rendezvous host goes when it is only known inside the SLURM allocation (preflight, dry run).
+FIRST_NODE_OF_ALLOCATION = "<first node of the SLURM allocation>"
+
+
+@dataclass(frozen=True)
+class MultiNode:
+    """One launch over `nodes` instances (torchtitan's multinode_trainer.slurm is the model): `launcher`
+    starts the same torchrun once on every node, and every node's agent meets the others at the c10d
+    rendezvous store on `endpoint`; torchrun then numbers the ranks 0 .. nodes x ranks per node - 1."""
+
+    nodes: int
+    launcher: tuple[str, ...]
+    endpoint: str
+    # The same on every node: the SLURM job id inside an allocation.
+    rdzv_id: str
+    # Why this process cannot launch across the nodes (not inside an allocation of `nodes` nodes, no
+    # rendezvous host); None when it can. The commands are still built, for the preflight and dry runs.
+    problem: str | None = None
+
+    def torchrun_options(self) -> list[str]:
+        return [f"--nnodes={self.nodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={self.endpoint}",
+                f"--rdzv-id={self.rdzv_id}"]
+
+
+def slurm_hostnames(nodelist: str) -> list[str]:
+    """SLURM's compressed node list (e.g. trn2-[1-2]) expanded by SLURM itself."""
+    result = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return result.stdout.split()
+
+
+def multi_node_launch(
+    config: dict[str, Any], environ: Mapping[str, str] = os.environ,
+    hostnames: Callable[[str], list[str]] = slurm_hostnames,
+) -> MultiNode | None:
+    """config `nodes` and `multi_node` read against this process's SLURM allocation; None on one node."""
+    nodes, settings = config["nodes"], config["multi_node"]
+    if nodes == 1:
+        return None
+    problem = None
+    allocated = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES")
+    if allocated is not None and int(allocated) != nodes:
+        problem = (f"nodes = {nodes}, but this SLURM allocation has {allocated} node(s) "
+                   "(SLURM_JOB_NUM_NODES); torchrun's --nnodes must match the nodes srun starts it on")
+    host = settings["rdzv_host"]
+    if host is None:
+        nodelist = environ.get("SLURM_JOB_NODELIST")
+        if nodelist:
+            host = hostnames(nodelist)[0]
+        else:
+            host = FIRST_NODE_OF_ALLOCATION
+            problem = problem or (
+                f"nodes = {nodes} and multi_node.rdzv_host = null: the rendezvous host is the first node of the "
+                "SLURM allocation, and this process is not in one (SLURM_JOB_NODELIST is unset); run through "
+                "the SLURM profile (profiles/slurm) or set multi_node.rdzv_host"
+            )
+    return MultiNode(
+        nodes=nodes, launcher=tuple(settings["launcher"]), endpoint=f"{host}:{settings['rdzv_port']}",
+        rdzv_id=environ.get("SLURM_JOB_ID", "qwen3-pilot"), problem=problem,
+    )
 
 
 @dataclass(frozen=True)
@@ -20,10 +82,13 @@ class Backend:
     name: str
     device_type: str
     dist_backend: str
+    # Ranks on each instance (torchrun's --nproc-per-node) and in all (the world size: x nodes).
+    ranks_per_node: int
     expected_ranks: int
     # Environment for every launched process (caches under the project, thread counts, runtime knobs).
     launcher_env: dict[str, str]
-    # Why this machine can or cannot execute the backend; None means it can.
+    # Why this machine can or cannot execute the backend (no devices; a multi-node launch outside an
+    # allocation of that many nodes); None means it can.
     unavailable_reason: str | None
     # Versions outside pip's view (driver, runtime, compiler), read by the backend itself.
     system_versions: Callable[[], dict[str, Any]] = field(default=lambda: {})
@@ -42,6 +107,8 @@ class Backend:
     # folders its compiled graphs are cached in (the benchmark points them at a fresh folder per measurement).
     compile_backend: str = "inductor"
     compile_cache_vars: tuple[str, ...] = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+    # More than one node: how a launch spans them; None: torchrun --standalone on this machine.
+    multi_node: MultiNode | None = None
 
     def compile_cache_env(self, folder: Path) -> dict[str, str]:
         """Every compile cache of this backend in its own subfolder of `folder`."""
@@ -50,10 +117,14 @@ class Backend:
     def torchrun_command(
         self, python: str, nproc: int, module: str, args: list[str], *, rank_log_dir: str | Path | None = None
     ) -> list[str]:
-        """torchrun for `module` on `nproc` local ranks; `rank_log_dir` is torchrun's --log-dir (see
-        `rank_log_options`)."""
+        """torchrun for `module` on `nproc` ranks per node; `rank_log_dir` is torchrun's --log-dir (see
+        `rank_log_options`). On more than one node the multi-node launcher starts it on every node."""
+        if self.multi_node is None:
+            launcher, rendezvous = [], ["--standalone"]
+        else:
+            launcher, rendezvous = list(self.multi_node.launcher), self.multi_node.torchrun_options()
         return [
-            python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            *launcher, python, "-m", "torch.distributed.run", *rendezvous, f"--nproc-per-node={nproc}",
             *self.rank_log_options(rank_log_dir), "-m", module, *args,
         ]
 

@@ -13,7 +13,7 @@ import resource
 import time
 from typing import Any
 
-from . import Backend, cache_env
+from . import Backend, cache_env, multi_node_launch
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +24,16 @@ WORKAROUNDS = ("device", "memory", "barrier", "fsdp_sum")
 def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
     ranks = config["ranks"]
     env = {**cache_env(cache_root), "OMP_NUM_THREADS": str(threads_per_rank(ranks))}
+    multi_node = multi_node_launch(config)
     return Backend(
         name="cpu",
         device_type="cpu",
         dist_backend="gloo",
-        expected_ranks=ranks,
+        ranks_per_node=ranks,
+        expected_ranks=ranks * config["nodes"],
         launcher_env=env,
-        unavailable_reason=None,
+        unavailable_reason=multi_node.problem if multi_node else None,
+        multi_node=multi_node,
         peak_flops_source=(
             "measured: float32 matmul throughput of one rank with its OMP_NUM_THREADS threads, taken in "
             "verify_ranks (the slowest rank); a CPU has no published dense peak that torchtitan knows"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..config import expected_neuron_ranks
-from . import Backend, cache_env
+from . import Backend, cache_env, multi_node_launch
 
 # The Neuron driver, runtime, collectives and tools (neuron-ls) packages; the same names in AWS's apt
 # (Ubuntu DLAMI) and yum (Amazon Linux 2023) repositories.
@@ -79,14 +79,25 @@ def compile_cache_env(cache_root: str) -> dict[str, str]:
     return {key: f"{cache_root}/neuron/{folder}" for key, folder in COMPILE_CACHE_DIRS.items()}
 
 
-def launcher_env(config: dict[str, Any], cache_root: str) -> dict[str, str]:
+# Collectives between instances go over EFA through libfabric (AWS's multi-node Neuron samples set these; the
+# Neuron multi-node setup guide requires EFA on every node).
+EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+
+
+def launcher_env(config: dict[str, Any], cache_root: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     lnc = str(config["neuron"]["lnc"])
+    environ = os.environ if environ is None else environ
+    # More than one node: the EFA settings, except where the user set their own. NEURON_RT_ROOT_COMM_ID stays
+    # unset: TorchNeuron's process group sets it to MASTER_ADDR (global rank 0's host, which the c10d
+    # rendezvous chooses, not always the first node) with a free port agreed through the store.
+    efa = {key: value for key, value in EFA_ENV.items() if key not in environ} if config["nodes"] > 1 else {}
     return {
         **cache_env(cache_root),
         **compile_cache_env(cache_root),
         # Runtimes from 2.20 read NEURON_LOGICAL_NC_CONFIG; older ones NEURON_RT_VIRTUAL_CORE_SIZE.
         "NEURON_LOGICAL_NC_CONFIG": lnc,
         "NEURON_RT_VIRTUAL_CORE_SIZE": lnc,
+        **efa,
     }
 
 
@@ -270,13 +281,17 @@ def _run(command: list[str]) -> ToolOutput:
 
 def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
     neuron = config["neuron"]
+    multi_node = multi_node_launch(config)
     return Backend(
         name="neuron",
         device_type="neuron",
         dist_backend="neuron",
-        expected_ranks=expected_neuron_ranks(neuron),
+        ranks_per_node=expected_neuron_ranks(neuron),
+        expected_ranks=expected_neuron_ranks(neuron) * config["nodes"],
         launcher_env=launcher_env(config, cache_root),
-        unavailable_reason=unavailable_reason(sorted(glob.glob(DEVICE_GLOB)), neuron["chips"]),
+        unavailable_reason=(unavailable_reason(sorted(glob.glob(DEVICE_GLOB)), neuron["chips"])
+                            or (multi_node.problem if multi_node else None)),
+        multi_node=multi_node,
         system_versions=read_system_versions,
         device_for_local_rank=lambda local_rank: f"neuron:{local_rank}",
         peak_flops_per_rank=peak_flops_per_rank(neuron["lnc"]),

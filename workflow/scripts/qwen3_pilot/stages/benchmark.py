@@ -71,7 +71,7 @@ def run(
                 extra_env=compile_cache(backend, folder, variant), launch_name=launch_name,
             )
             lines = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
-            runs[variant] = run_figures(steps, lines, launch.started_at, warmup=warmup, ranks=backend.expected_ranks,
+            runs[variant] = run_figures(steps, lines, launch.started_at, warmup=warmup, ranks=backend.ranks_per_node,
                                         peak_flops_per_rank=peak, noisy_cv=settings["noisy_cv"])
             table.append({**table_row(name, variant, runs[variant]), "launch_wall_s": round(launch.wall_s, 2)})
             step_times += [{"recipe": name, "run": variant, **step} for step in runs[variant]["per_step"]]

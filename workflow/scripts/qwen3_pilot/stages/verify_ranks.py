@@ -28,13 +28,14 @@ def run(
         backend=backend.name,
         figures={"live": live, "plan": fsdp_plan},
         proves=(
-            f"{live['ranks_seen']} ranks joined one {live['dist_backend']} process group with the expected "
-            f"rank numbers and world size, and an all-reduce and an all-gather returned the known results on "
+            f"{live['ranks_seen']} ranks on {len(live['hosts'])} host(s) ({', '.join(live['hosts'])}) joined one "
+            f"{live['dist_backend']} process group with the expected rank numbers and world size, and an all-reduce and an all-gather returned the known results on "
             f"every rank. The {plan['world_size']}-way FSDP plan of the real Qwen3-{plan['flavor']} architecture "
             "(torchtitan fake process group) fits the per-rank HBM budget for parameters, gradients and AdamW state."
         ),
         does_not_prove=(
-            ("These were gloo ranks on one CPU machine, not the 64 NeuronCores of a trn2. " if backend.name == "cpu" else "")
+            (f"These were gloo ranks on {'one CPU machine' if live['nodes'] == 1 else 'CPU hosts'}, not the "
+             "NeuronCores of a trn2. " if backend.name == "cpu" else "")
             + "The plan counts static memory only: activations, compiler workspace and communication buffers "
             "are not in it, and the fake process group moves no data."
         ),

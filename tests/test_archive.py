@@ -1,0 +1,475 @@
+"""The archive target: what is selected, the chain of custody before the copy, the read-back that names each
+missing or changed file, the bucket and TLS guards around Snakemake's S3 plugin, no credentials in anything
+written; end to end, `snakemake archive` to a local folder and to an S3-compatible server on loopback (moto)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import output, run_snakemake
+
+from qwen3_pilot import archive
+from qwen3_pilot.archive import MANIFEST, ArchiveError
+from qwen3_pilot.artifacts import describe_artifact, sha256_file
+
+BUCKET = "pilot-archive"
+ACCESS_KEY_ID = "AKIATESTARCHIVE0001"
+SECRET_KEY = "archive-test-secret-0123456789abcdef"
+STARTED = "2026-12-03T14:01:46.123+00:00"
+
+
+# --- a small finished run ---------------------------------------------------------------------------------
+
+
+def write(path: Path, text: str = "x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# Files of a finished run that the archive holds, and files that it leaves out, in the workflow folder.
+KEPT = [
+    "results/report.html",
+    "results/report.json",
+    "results/train_hf/summary.json",
+    "results/train_hf/recipe.json",
+    "results/train_hf/run/metrics.jsonl",
+    "results/train_hf/run/structured_logs/training.global_rank_0.jsonl",
+    "results/train_hf/run/checkpoint/step-10/model-00001-of-00001.safetensors",  # listed in report.json
+    "results/export_reload/hf/config.json",
+    "results/export_reload/hf/model-00001-of-00001.safetensors",
+    "results/moe_reduced/run/router_load.jsonl",
+    "results/benchmark/runs/train_native/eager/metrics.jsonl",
+    "results/pin_env/summary.json",
+    "results/pin_env/packages/torch.json",
+    "results/fetch_weights/checkpoint/model.safetensors",  # listed in report.json
+    "logs/train_hf/train_hf.log",
+    "logs/moe_reduced/moe_reduced.failed-20261203T185635.119243Z.log",
+    "benchmarks/train_hf.tsv",
+    "signoffs/signoffs.jsonl",
+]
+LEFT_OUT = [
+    "results/train_hf/run/checkpoint/step-10/sharded/shard-00001-model-00001-of-00001.safetensors",
+    "results/train_hf/run/.snakemake_timestamp",
+    "results/train_native/run/launcher.pid",
+    "results/export_reload/hf/.config.json.abc.tmp",
+    "results/benchmark/runs/train_native/compile_cache/cold/torchinductor_cache_dir/2l/c2l.main.so",
+    "results/fetch_weights/checkpoint/unlisted.bin",
+    "results/fixture_checkpoint/fixture/hub_cache/models--x/blobs/abc",
+    "results/preflight/preflight.html",
+    "results/failures/moe_reduced.json",
+    "results/invocation.json",
+    "results/archive/copied.json",
+    "logs/archive/copy.log",
+]
+LISTED = [  # report.json's artifacts: what the custody check holds to their recorded sha256
+    "results/train_hf/recipe.json",
+    "results/train_hf/run/metrics.jsonl",
+    "results/train_hf/run/checkpoint/step-10/model-00001-of-00001.safetensors",
+    "results/export_reload/hf/config.json",
+    "results/fetch_weights/checkpoint/model.safetensors",
+]
+
+
+def make_run(root: Path, started: str = STARTED) -> Path:
+    """A finished run's tree with a report.json listing LISTED (workflow-relative paths, as the stages write
+    them); returns report.json."""
+    for path in KEPT + LEFT_OUT:
+        if path != "results/report.json":
+            write(root / path, f"contents of {path}\n")
+    report = {
+        "status": "pass",
+        "failed_run": False,
+        "provenance": {"started": started, "ended": started, "commit": "abc123", "dirty": False,
+                       "config_digest": "c0ffee"},
+        "stages": [{"stage": "train_hf", "status": "pass",
+                    "artifacts": [describe_artifact(root / p, root) for p in LISTED]}],
+    }
+    return write(root / "results" / "report.json", json.dumps(report, indent=2))
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    root = tmp_path / "ws"
+    make_run(root)
+    return root
+
+
+def local_settings(destination: Path) -> dict:
+    return {"destination": str(destination), "endpoint_url": None, "region": None, "verify_tls": True}
+
+
+# --- settings ---------------------------------------------------------------------------------------------
+
+
+def test_no_destination_fails_naming_the_key():
+    with pytest.raises(ValueError, match=r"archive\.destination = null: `snakemake archive` needs a destination"):
+        archive.report_inputs({"destination": None, "endpoint_url": None, "verify_tls": True})
+    assert archive.report_inputs(local_settings(Path("/tmp/x"))) == {
+        "html": "results/report.html", "json": "results/report.json"}
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"destination": f"s3://{ACCESS_KEY_ID}:{SECRET_KEY}@{BUCKET}/runs"}, "holds credentials"),
+    ({"destination": f"s3://{BUCKET}", "endpoint_url": f"http://user:{SECRET_KEY}@127.0.0.1:9000"},
+     "holds credentials"),
+    ({"destination": "gs://bucket/runs"}, "scheme 'gs' is not supported"),
+    ({"destination": "s3:///runs"}, "no bucket"),
+    ({"destination": "/mnt/archive", "endpoint_url": "http://127.0.0.1:9000"}, "only used with an s3://"),
+    ({"destination": f"s3://{BUCKET}", "endpoint_url": "ftp://host"}, "an http(s):// URL"),
+])
+def test_settings_problems_name_the_key_and_never_echo_credentials(settings, message):
+    problems = archive.settings_problems(settings)
+    assert problems and message in problems[0] and problems[0].startswith("archive.")
+    assert SECRET_KEY not in " ".join(problems)
+
+
+def test_tls_state_is_verified_unless_config_turns_it_off():
+    s3 = {"destination": f"s3://{BUCKET}", "endpoint_url": None, "verify_tls": True}
+    assert archive.tls_state(s3) == "verified" and archive.tls_warnings(s3) == []
+    off = {**s3, "verify_tls": False}
+    assert archive.tls_state(off) == "OFF" and archive.tls_warnings(off) == [archive.TLS_OFF_WARNING]
+    plain = {**s3, "endpoint_url": "http://127.0.0.1:9000"}
+    assert archive.tls_state(plain) == "none (plain http)"
+    assert archive.tls_warnings(plain) == [archive.PLAIN_HTTP_WARNING]
+    assert archive.tls_state({**plain, "verify_tls": False}) == "OFF"  # what config asked for comes first
+    assert archive.tls_state(local_settings(Path("/tmp"))) == "n/a (local folder)"
+
+
+def test_the_report_config_leaves_the_archive_settings_out():
+    config = {"backend": "cpu", "archive": {"destination": "/tmp/a"}}
+    assert archive.pilot_config(config) == {"backend": "cpu"}
+
+
+def test_archive_failed_alone_tells_the_archive_failure_from_a_pilot_failure(tmp_path):
+    results = tmp_path / "results"
+    for stage, ended in (("archive", "2026-12-03T15:00:00+00:00"), ("train_hf", "2026-12-03T13:00:00+00:00")):
+        write(results / "failures" / f"{stage}.json", json.dumps({"stage": stage, "ended": ended}))
+    assert archive.archive_failed_alone(results, "2026-12-03T14:00:00+00:00")  # train_hf failed in an earlier run
+    assert not archive.archive_failed_alone(results, "2026-12-03T12:00:00+00:00")  # both in this one
+    assert not archive.archive_failed_alone(results, "2026-12-03T16:00:00+00:00")  # none in this one
+
+
+# --- what is archived, and custody ------------------------------------------------------------------------
+
+
+def test_selection_keeps_the_run_and_leaves_out_caches_checkpoint_duplicates_and_other_runs(run_dir):
+    report = json.loads((run_dir / "results" / "report.json").read_text())
+    assert archive.select_files(run_dir, report) == sorted(KEPT)
+
+
+def test_run_key_tells_runs_and_reports_apart(tmp_path):
+    first = make_run(tmp_path / "a")
+    key = archive.run_key(first)
+    assert key == f"20261203T140146Z-{sha256_file(first)[:12]}"
+    second = make_run(tmp_path / "b", started="2026-12-04T09:00:00+00:00")
+    assert archive.run_key(second).startswith("20261204T090000Z-")
+
+
+def test_a_changed_artifact_stops_the_archive_before_anything_is_copied(run_dir, tmp_path):
+    changed = run_dir / "results" / "export_reload" / "hf" / "config.json"
+    recorded = sha256_file(changed)
+    changed.write_text("edited after the stage recorded it\n")
+    destination = tmp_path / "dest"
+    destination.mkdir()
+    with pytest.raises(ArchiveError) as error:
+        archive.copy_run(local_settings(destination), run_dir / "results" / "report.json", tmp_path / "scratch")
+    message = str(error.value)
+    assert "nothing copied" in message and "results/export_reload/hf/config.json" in message
+    assert recorded in message and sha256_file(changed) in message
+    assert list(destination.iterdir()) == []
+
+
+def test_a_local_destination_must_exist_and_lie_outside_what_is_archived(run_dir, tmp_path):
+    report_json = run_dir / "results" / "report.json"
+    with pytest.raises(ArchiveError, match=r"archive\.destination = '.*/missing': no such folder; the archive never"):
+        archive.copy_run(local_settings(tmp_path / "missing"), report_json, tmp_path / "scratch")
+    with pytest.raises(ArchiveError, match="lies inside results/"):
+        archive.copy_run(local_settings(run_dir / "results" / "old"), report_json, tmp_path / "scratch")
+
+
+# --- local folder -----------------------------------------------------------------------------------------
+
+
+def archive_locally(run_dir: Path, destination: Path, scratch: Path) -> tuple[dict, dict]:
+    record = archive.copy_run(local_settings(destination), run_dir / "results" / "report.json", scratch)
+    manifest = archive.read_back(record, run_dir / "results" / "archive" / MANIFEST, scratch, run_dir)
+    return record, manifest
+
+
+def test_local_archive_copies_reads_back_and_writes_the_manifest_beside_the_files(run_dir, tmp_path):
+    destination = tmp_path / "dest"
+    destination.mkdir()
+    record, manifest = archive_locally(run_dir, destination, tmp_path / "scratch")
+    folder = destination / record["run_key"]
+    assert record["url"] == str(folder)
+    assert sorted(f["path"] for f in manifest["files"]) == sorted(KEPT)
+    for entry in manifest["files"]:
+        source = run_dir / entry["path"]
+        assert entry["sha256_source"] == entry["sha256_read_back"] == sha256_file(source)
+        assert sha256_file(folder / entry["path"]) == sha256_file(source)
+        assert entry["bytes"] == entry["bytes_read_back"] == source.stat().st_size
+    assert (folder / MANIFEST).read_bytes() == (run_dir / "results" / "archive" / MANIFEST).read_bytes()
+    assert manifest["report"]["sha256"] == sha256_file(run_dir / "results" / "report.json")
+    assert manifest["tls"] == "n/a (local folder)" and manifest["totals"]["files"] == len(KEPT)
+
+
+def test_read_back_names_each_missing_or_changed_file_with_both_digests(run_dir, tmp_path):
+    destination = tmp_path / "dest"
+    destination.mkdir()
+    record, _ = archive_locally(run_dir, destination, tmp_path / "scratch")
+    folder = destination / record["run_key"]
+    corrupted = folder / "results" / "export_reload" / "hf" / "model-00001-of-00001.safetensors"
+    corrupted.write_bytes(corrupted.read_bytes()[:-1] + b"!")
+    (folder / "logs" / "train_hf" / "train_hf.log").unlink()
+    manifest = tmp_path / "again" / MANIFEST
+    with pytest.raises(ArchiveError) as error:
+        archive.read_back(record, manifest, tmp_path / "scratch", run_dir)
+    message = str(error.value)
+    assert "2 of" in message and f"its {MANIFEST} says so" in message
+    source = sha256_file(run_dir / "results" / "export_reload" / "hf" / "model-00001-of-00001.safetensors")
+    assert (f"results/export_reload/hf/model-00001-of-00001.safetensors: sha256 at source {source}, read back from "
+            f"{folder} {sha256_file(corrupted)}") in message
+    assert f"logs/train_hf/train_hf.log: missing at {folder}" in message
+    # The manifest beside the files no longer vouches for them.
+    written = json.loads((folder / MANIFEST).read_text())
+    assert written["status"] == "fail" and len(written["problems"]) == 2
+
+
+# --- S3 on loopback (moto) --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3-compatible server on 127.0.0.1, on a free port."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    assert host == "127.0.0.1"
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """Dummy credentials in the usual AWS environment variables, and no AWS files of the machine's."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+def s3_client(endpoint: str):
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+
+
+@pytest.fixture
+def bucket(s3_server, aws_env):
+    """An empty bucket, made by the test: the archive never makes one."""
+    client = s3_client(s3_server)
+    client.create_bucket(Bucket=BUCKET)
+    yield client
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
+        for item in page.get("Contents", []):
+            client.delete_object(Bucket=BUCKET, Key=item["Key"])
+    client.delete_bucket(Bucket=BUCKET)
+
+
+def s3_settings(endpoint: str, verify_tls: bool = True, bucket_name: str = BUCKET) -> dict:
+    return {"destination": f"s3://{bucket_name}/pilot", "endpoint_url": endpoint, "region": None,
+            "verify_tls": verify_tls}
+
+
+def test_s3_archive_reads_back_through_the_plugin_and_names_a_corrupted_object(run_dir, tmp_path, bucket, s3_server):
+    settings = s3_settings(s3_server)
+    record = archive.copy_run(settings, run_dir / "results" / "report.json", tmp_path / "scratch")
+    assert record["url"] == f"s3://{BUCKET}/pilot/{record['run_key']}"
+    manifest = archive.read_back(record, tmp_path / "local" / MANIFEST, tmp_path / "scratch", run_dir)
+    assert manifest["status"] == "pass" and not manifest["problems"]
+    assert all(f["sha256_source"] == f["sha256_read_back"] for f in manifest["files"])
+    prefix = f"pilot/{record['run_key']}/"
+    keys = {item["Key"] for item in bucket.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]}
+    assert keys == {prefix + path for path in KEPT} | {prefix + MANIFEST}
+    remote = bucket.get_object(Bucket=BUCKET, Key=prefix + MANIFEST)["Body"].read()
+    assert remote == (tmp_path / "local" / MANIFEST).read_bytes()
+    assert manifest["tls"] == "none (plain http)" and archive.PLAIN_HTTP_WARNING in manifest["warnings"]
+
+    bucket.put_object(Bucket=BUCKET, Key=prefix + "results/train_hf/run/metrics.jsonl", Body=b"not the metrics\n")
+    bucket.delete_object(Bucket=BUCKET, Key=prefix + "signoffs/signoffs.jsonl")
+    with pytest.raises(ArchiveError) as error:
+        archive.read_back(record, tmp_path / "again" / MANIFEST, tmp_path / "scratch", run_dir)
+    message = str(error.value)
+    metrics = "results/train_hf/run/metrics.jsonl"
+    assert f"{metrics}: sha256 at source {sha256_file(run_dir / metrics)}, read back from s3://" in message
+    assert "signoffs/signoffs.jsonl: missing at s3://" in message
+    assert json.loads(bucket.get_object(Bucket=BUCKET, Key=prefix + MANIFEST)["Body"].read())["status"] == "fail"
+
+
+def test_a_missing_bucket_is_an_error_and_is_never_created(run_dir, tmp_path, s3_server, aws_env):
+    settings = s3_settings(s3_server, bucket_name="no-such-archive-bucket")
+    with pytest.raises(ArchiveError, match="bucket 'no-such-archive-bucket' .* does not exist: the archive never "
+                       "creates buckets"):
+        archive.copy_run(settings, run_dir / "results" / "report.json", tmp_path / "scratch")
+    names = [b["Name"] for b in s3_client(s3_server).list_buckets()["Buckets"]]
+    assert "no-such-archive-bucket" not in names
+
+
+def test_the_plugins_own_bucket_creation_is_refused(tmp_path, s3_server, aws_env):
+    """StorageObject.store_object creates a missing bucket; through the archive's provider it cannot."""
+    from snakemake_storage_plugin_s3 import StorageObject
+
+    from qwen3_pilot.archive_s3 import S3Destination
+
+    destination = S3Destination(s3_settings(s3_server, bucket_name="plugin-would-create"), "run", tmp_path / "scratch")
+    obj = StorageObject(query="s3://plugin-would-create/run/a.txt", keep_local=False, retrieve=True,
+                        provider=destination.provider)
+    obj.set_local_path(write(tmp_path / "a.txt"))
+    with pytest.raises(ArchiveError, match="refused S3 CreateBucket of bucket 'plugin-would-create'"):
+        obj.store_object()
+    assert "plugin-would-create" not in [b["Name"] for b in s3_client(s3_server).list_buckets()["Buckets"]]
+
+
+def test_tls_verification_is_on_by_default_and_off_only_when_config_says_so(tmp_path, s3_server, aws_env):
+    from qwen3_pilot.archive_s3 import S3Destination
+
+    verified = S3Destination(s3_settings(s3_server), "run", tmp_path / "a")
+    assert verified.client._endpoint.http_session._verify is not False  # boto3's default: verify (a CA bundle or True)
+    off = S3Destination(s3_settings(s3_server, verify_tls=False), "run", tmp_path / "b")
+    assert off.client._endpoint.http_session._verify is False
+    # The rebuilt client keeps the plugin's settings and the guard.
+    assert off.client.meta.config.retries == verified.client.meta.config.retries
+    with pytest.raises(ArchiveError, match="refused S3 CreateBucket"):
+        off.client.create_bucket(Bucket="another-bucket")
+
+
+def test_tls_off_is_said_loudly_and_no_credential_is_written_anywhere(run_dir, tmp_path, bucket, s3_server,
+                                                                     monkeypatch):
+    """The stage functions as the rules run them, inside the stage log: with verify_tls false the log, the
+    summary and the manifest (local and at the destination) say so; none of them, nor the copy record, holds
+    the access key id or the secret."""
+    from qwen3_pilot.backends import COMPILER_CACHE_KEYS
+    from qwen3_pilot.stagelog import stage_log
+    from qwen3_pilot.stages.archive import run_copy, run_read_back
+
+    monkeypatch.chdir(run_dir)  # a job's working directory: the workflow folder
+    for key in COMPILER_CACHE_KEYS:  # stage_log points these at the project's caches; restored after the test
+        monkeypatch.setenv(key, str(tmp_path / "caches" / key))
+
+    results = run_dir / "results" / "archive"
+    logs = [run_dir / "logs" / "archive" / "copy.log", run_dir / "logs" / "archive" / "archive.log"]
+    with stage_log(logs[0]):
+        run_copy(settings=s3_settings(s3_server, verify_tls=False), report_json=run_dir / "results" / "report.json",
+                 record_path=results / "copied.json")
+    with stage_log(logs[1]):
+        summary = run_read_back(copy_record=results / "copied.json", manifest_path=results / MANIFEST,
+                                summary_path=results / "summary.json")
+    logging.getLogger().handlers.clear()  # stage_log's handler writes to the closed log file
+    assert summary["notes"][0] == archive.TLS_OFF_WARNING and summary["figures"]["tls"] == "OFF"
+    manifest = json.loads((results / MANIFEST).read_text())
+    assert archive.TLS_OFF_WARNING in manifest["warnings"] and manifest["tls"] == "OFF"
+    for log in logs:
+        assert archive.TLS_OFF_WARNING in log.read_text()
+    record = json.loads((results / "copied.json").read_text())
+    remote = bucket.get_object(Bucket=BUCKET, Key=f"pilot/{record['run_key']}/{MANIFEST}")["Body"].read().decode()
+    written = [p.read_text() for p in [*logs, results / "copied.json", results / MANIFEST, results / "summary.json"]]
+    for text in [*written, remote]:
+        assert ACCESS_KEY_ID not in text and SECRET_KEY not in text
+
+
+# --- end to end: `snakemake archive` ----------------------------------------------------------------------
+
+
+def test_snakemake_archive_without_destination_stops_before_any_job(workspace):
+    ws = workspace({})
+    result = run_snakemake(ws, "-n", "--cores", "1", "archive")
+    assert result.returncode != 0
+    assert "archive.destination = null: `snakemake archive` needs a destination" in output(result)
+
+
+def set_archive(ws: Path, **settings) -> None:
+    """config/test.yaml (the run's overlay) with the archive settings added."""
+    path = ws / "config" / "test.yaml"
+    overlay = yaml.safe_load(path.read_text()) or {}
+    overlay["archive"] = settings
+    path.write_text(yaml.safe_dump(overlay))
+
+
+def archived_run(ws: Path) -> dict:
+    return json.loads((ws / "results" / "archive" / "copied.json").read_text())
+
+
+@pytest.mark.e2e
+def test_snakemake_archive_to_a_local_folder_and_a_corrupted_file_fails_the_read_back(copy_of_run, tmp_path):
+    destination = tmp_path / "archive"
+    destination.mkdir()
+    set_archive(copy_of_run, destination=str(destination))
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive")
+    assert result.returncode == 0, output(result)[-6000:]
+    record = archived_run(copy_of_run)
+    folder = destination / record["run_key"]
+    manifest = json.loads((folder / MANIFEST).read_text())
+    paths = {f["path"] for f in manifest["files"]}
+    assert {"results/report.html", "results/report.json", "results/pin_env/summary.json"} <= paths
+    report = json.loads((copy_of_run / "results" / "report.json").read_text())
+    assert {a["path"] for stage in report["stages"] for a in stage["artifacts"]} <= paths
+    assert any(p.startswith("results/export_reload/hf/") and p.endswith(".safetensors") for p in paths)
+    assert any(p.startswith("results/benchmark/runs/") for p in paths) and any(p.startswith("logs/") for p in paths)
+    assert not any("/compile_cache/" in p or "/sharded/" in p for p in paths)
+    assert json.loads((copy_of_run / "results" / "archive" / "summary.json").read_text())["status"] == "pass"
+
+    corrupted = "results/export_reload/hf/config.json"
+    (folder / corrupted).write_text("{}\n")
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive", "--forcerun", "archive")
+    assert result.returncode != 0
+    source = sha256_file(copy_of_run / corrupted)
+    assert f"{corrupted}: sha256 at source {source}, read back from {folder}" in output(result)
+
+
+@pytest.mark.e2e
+def test_snakemake_archive_to_s3_on_loopback_and_a_corrupted_object_fails_the_read_back(copy_of_run, bucket, s3_server):
+    set_archive(copy_of_run, destination=f"s3://{BUCKET}/pilot", endpoint_url=s3_server)
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive")
+    assert result.returncode == 0, output(result)[-6000:]
+    record = archived_run(copy_of_run)
+    key = f"pilot/{record['run_key']}/{MANIFEST}"
+    manifest = json.loads(bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    assert manifest["files"] and all(f["sha256_source"] == f["sha256_read_back"] for f in manifest["files"])
+    summary = json.loads((copy_of_run / "results" / "archive" / "summary.json").read_text())
+    assert summary["figures"]["tls"] == "none (plain http)" and archive.PLAIN_HTTP_WARNING in summary["notes"]
+
+    corrupted = "results/report.json"
+    bucket.put_object(Bucket=BUCKET, Key=f"pilot/{record['run_key']}/{corrupted}", Body=b"{}")
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive", "--forcerun", "archive")
+    assert result.returncode != 0
+    assert (f"{corrupted}: sha256 at source {record['report']['sha256']}, read back from "
+            f"s3://{BUCKET}/pilot/{record['run_key']}") in output(result)
+    for path in (copy_of_run / "logs" / "archive").iterdir():
+        assert SECRET_KEY not in path.read_text() and ACCESS_KEY_ID not in path.read_text()
+
+
+@pytest.mark.e2e
+def test_archiving_neither_reruns_nor_replaces_the_report_it_archives(copy_of_run, tmp_path):
+    destination = tmp_path / "archive"
+    destination.mkdir()
+    report = (copy_of_run / "results" / "report.json").read_bytes()
+    set_archive(copy_of_run, destination=str(destination))
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive")
+    assert result.returncode == 0, output(result)[-6000:]
+    assert (copy_of_run / "results" / "report.json").read_bytes() == report  # not rerun for a destination
+    record = archived_run(copy_of_run)
+    (destination / record["run_key"] / "results" / "report.html").write_text("corrupted")
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive", "--forcerun", "archive")
+    assert result.returncode != 0 and "results/report.html: sha256 at source" in output(result)
+    # The archive's failure is not the pilot's: no failed-run report replaces the one that was archived.
+    assert (copy_of_run / "results" / "report.json").read_bytes() == report

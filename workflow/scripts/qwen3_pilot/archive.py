@@ -1,0 +1,423 @@
+"""The archive: what a pilot run produced, copied to archive.destination (a local folder or an S3 bucket),
+read back from there and compared, file by file, with the source's sha256.
+
+Two steps, so that a later corruption at the destination is found by rerunning the read-back alone:
+`copy_run` checks report.json's artifacts against their recorded digests (the chain of custody), then copies
+the selection and records each file's sha256 at the source; `read_back` reads every recorded file back from
+the destination, compares, and writes the archive manifest beside the files. Layout at the destination:
+`<destination>/<run key>/<path in the workflow folder>`, with `<run key>/archive-manifest.json`.
+
+Torch-free and boto3-free at import: an s3:// destination loads qwen3_pilot.archive_s3 (Snakemake's S3
+storage plugin) when it is used. Credentials never pass through here: boto3 takes them from the usual AWS
+environment variables and files, and nothing this module writes names them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from .artifacts import MISSING, current_sha256, sha256_file, write_json
+from .audit import artifact_changes
+from .summary import now_iso
+
+log = logging.getLogger("qwen3_pilot")
+
+KEY = "archive"  # the config block; errors name its keys as archive.<key>
+MANIFEST = "archive-manifest.json"
+MANIFEST_VERSION = "1.0.0"
+
+# What an archive holds besides report.json's artifacts (always in it, wherever they lie), as paths in the
+# workflow folder; a folder's files are taken whole. Chosen from a finished cpu run's tree.
+SELECTED = (
+    "results/report.html",
+    "results/report.json",
+    "results/*/summary.json",  # each stage's own record, the report's only source
+    "results/pin_env/",  # the environment record: every pin's stamp and the environment summary
+    "results/export_reload/",  # each recipe's Hugging Face export: safetensors, config.json, tokenizer
+    "results/train_*/",  # the training runs: recipe and parity records, metrics, launch records, rank logs
+    "results/moe_reduced/",
+    "results/benchmark/",  # the benchmark's runs and their recipes
+    "logs/",  # every job's log, failed jobs' kept logs included
+    "benchmarks/",  # Snakemake's time and memory per job
+    "signoffs/",  # when present: the sign-offs and the signed reports they keep
+)
+# Not selected: results/fetch_weights/checkpoint and results/fixture_checkpoint (the weights are the hub's
+# at the recorded revision, or rebuilt from config; the files report.json lists are archived all the same),
+# results/preflight (`make preflight`'s, not the run's), results/failures (earlier runs' failure records;
+# this run's failures are in report.json), results/invocation.json (a running invocation's plan), .cache/.
+
+
+def left_out(path: str) -> bool:
+    """Files inside the selected folders that an archive leaves out (path: in the workflow folder)."""
+    parts = PurePosixPath(path).parts
+    return (
+        # torchtitan's checkpoint folders: the weights the pilot delivers are results/export_reload's, and
+        # the consolidated safetensors of the last step are among report.json's artifacts; `sharded/` is a
+        # duplicate of them (../shared/DESIGN.md, pitfalls).
+        "checkpoint" in parts[:-1]
+        # compiler caches: machine-specific, rebuilt by the next run, and large on trn2 (NEFFs)
+        or "compile_cache" in parts[:-1]
+        # hidden: Snakemake's .snakemake_timestamp, half-written temp files and staging folders
+        or any(part.startswith(".") for part in parts)
+        # a launcher's process id, meaningless once the run has ended
+        or parts[-1].endswith(".pid")
+        # the archive's own logs and records (written while it runs)
+        or path.startswith(("logs/archive/", "results/archive/"))
+    )
+
+
+class ArchiveError(RuntimeError):
+    pass
+
+
+# --- settings -------------------------------------------------------------------------------------------
+
+LOCAL, S3 = "local", "s3"
+TLS_OFF_WARNING = ("TLS VERIFICATION IS OFF (archive.verify_tls: false): the S3 endpoint's certificate is not "
+                   "checked, so anyone on the path can read or alter what is archived")
+PLAIN_HTTP_WARNING = "the S3 endpoint is plain http: no TLS at all (only for a test server on loopback)"
+# Which settings a read-back needs; credentials are never among them.
+CONNECTION_KEYS = ("destination", "endpoint_url", "region", "verify_tls")
+
+
+def _has_userinfo(url: str) -> bool:
+    parts = urlsplit(url)
+    return bool(parts.username or parts.password or "@" in parts.netloc)
+
+
+def settings_problems(settings: dict[str, Any]) -> list[str]:
+    """What is wrong with config `archive` for `snakemake archive`, each naming the key, the value and what is
+    allowed (empty when it is usable)."""
+    destination = settings.get("destination")
+    if not destination:
+        return [(f"{KEY}.destination = {json.dumps(destination)}: `snakemake archive` needs a destination: a "
+                 "local folder that exists, or s3://<bucket>[/<prefix>] of a bucket that exists (config/README.md)")]
+    problems = []
+    scheme = urlsplit(destination).scheme
+    if scheme == S3:
+        parts = urlsplit(destination)
+        if _has_userinfo(destination):
+            problems.append(f"{KEY}.destination holds credentials: give them through the AWS environment "
+                            "variables or ~/.aws, never in the workflow config")
+        elif not parts.netloc:
+            problems.append(f"{KEY}.destination = {destination!r}: no bucket; allowed: s3://<bucket>[/<prefix>]")
+        elif parts.query or parts.fragment:
+            problems.append(f"{KEY}.destination = {destination!r}: no query or fragment allowed; "
+                            "allowed: s3://<bucket>[/<prefix>]")
+    elif "://" in destination:
+        problems.append(f"{KEY}.destination = {destination!r}: scheme {scheme!r} is not supported; allowed: a "
+                        "local folder or s3://<bucket>[/<prefix>]")
+    endpoint = settings.get("endpoint_url")
+    if endpoint:
+        if scheme != S3:
+            problems.append(f"{KEY}.endpoint_url = {endpoint!r}: only used with an s3:// destination")
+        if _has_userinfo(endpoint):
+            problems.append(f"{KEY}.endpoint_url holds credentials: give them through the AWS environment "
+                            "variables or ~/.aws, never in the workflow config")
+        elif urlsplit(endpoint).scheme not in ("http", "https"):
+            problems.append(f"{KEY}.endpoint_url = {endpoint!r}: allowed: an http(s):// URL, or null for AWS S3")
+    return problems
+
+
+def check_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """config `archive`, or ValueError listing its problems."""
+    problems = settings_problems(settings)
+    if problems:
+        raise ValueError("config: " + "; ".join(problems))
+    return settings
+
+
+def report_inputs(settings: dict[str, Any]) -> dict[str, str]:
+    """The archive's inputs, the finished report, once config `archive` is checked (rule archive_copy's input
+    function: `snakemake archive` without a destination stops before any job, naming archive.destination)."""
+    check_settings(settings)
+    return {"html": "results/report.html", "json": "results/report.json"}
+
+
+def tls_state(settings: dict[str, Any]) -> str:
+    """What the connection to the destination checks: "verified", "OFF" (config turned verification off) or
+    "none (plain http)" (an http endpoint); "n/a (local folder)" for a local destination."""
+    if urlsplit(settings["destination"]).scheme != S3:
+        return "n/a (local folder)"
+    if not settings.get("verify_tls", True):
+        return "OFF"
+    if settings.get("endpoint_url") and urlsplit(settings["endpoint_url"]).scheme == "http":
+        return "none (plain http)"
+    return "verified"
+
+
+def tls_warnings(settings: dict[str, Any]) -> list[str]:
+    """The loud lines for the log, the summary and the manifest when the connection is not TLS-verified."""
+    warnings = []
+    if urlsplit(settings["destination"]).scheme == S3 and not settings.get("verify_tls", True):
+        warnings.append(TLS_OFF_WARNING)
+    if tls_state(settings) == "none (plain http)":
+        warnings.append(PLAIN_HTTP_WARNING)
+    return warnings
+
+
+def pilot_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config without `archive`: what the report records and digests. Where a finished run is copied is
+    not part of the run, so `snakemake archive --config archive=...` must not rerun (and re-date) the report
+    it archives (rules/report.smk's params and the failed-run report use this)."""
+    return {key: value for key, value in config.items() if key != KEY}
+
+
+def archive_failed_alone(results: Path, run_started: str) -> bool:
+    """Whether the archive is the only stage that failed in the invocation that began at `run_started` (its
+    failure record is results/failures/archive.json): the pilot's report then stays as it was, instead of
+    being replaced by a failed-run report (rules/common.smk, write_failed_report)."""
+    records = [json.loads(p.read_text()) for p in (Path(results) / "failures").glob("*.json")]
+    failed = {record["stage"] for record in records if record["ended"] >= run_started}
+    return failed == {KEY}
+
+
+# --- destinations ---------------------------------------------------------------------------------------
+
+
+class Destination(Protocol):
+    url: str  # where the run's files go (<destination>/<run key>), without credentials
+
+    def check(self) -> None:
+        """Raises ArchiveError when the destination is not there (the archive never creates it)."""
+
+    def put(self, source: Path, path: str) -> None:
+        """Copies `source` to `path` under the run's folder at the destination."""
+
+    def read_back(self, path: str) -> tuple[str, int | None]:
+        """The sha256 and size of `path` as read back from the destination; (MISSING, None) when absent."""
+
+
+@dataclass
+class LocalDestination:
+    """A folder on a local or mounted file system. Like a bucket, the folder must exist: the archive creates
+    only the run's folder inside it."""
+
+    root: Path
+    run_key: str
+
+    @property
+    def url(self) -> str:
+        return str(self.root / self.run_key)
+
+    def check(self) -> None:
+        if not self.root.is_dir():
+            raise ArchiveError(f"{KEY}.destination = {str(self.root)!r}: no such folder; the archive never "
+                               "creates its destination: create it (or mount it) and rerun")
+
+    def put(self, source: Path, path: str) -> None:
+        target = self.root / self.run_key / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        try:
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, target)  # a file at the destination is whole or absent
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def read_back(self, path: str) -> tuple[str, int | None]:
+        target = self.root / self.run_key / path
+        digest = current_sha256(target)
+        return digest, (target.stat().st_size if digest != MISSING else None)
+
+
+def destination_kind(destination: str) -> str:
+    return S3 if urlsplit(destination).scheme == S3 else LOCAL
+
+
+def open_destination(settings: dict[str, Any], run_key: str, workflow_dir: Path, scratch: Path) -> Destination:
+    """The destination of config `archive` for this run; `scratch` is a local folder for read-back
+    downloads. A local destination is relative to the workflow folder unless absolute."""
+    check_settings(settings)
+    for warning in tls_warnings(settings):
+        log.warning(warning)
+    if destination_kind(settings["destination"]) == S3:
+        try:
+            from .archive_s3 import S3Destination
+        except ImportError as error:
+            raise ArchiveError(f"{KEY}.destination = {settings['destination']!r} needs Snakemake's S3 storage "
+                               f"plugin (snakemake-storage-plugin-s3, pinned in envs/cpu.txt): {error}") from None
+        return S3Destination(settings, run_key, scratch)
+    root = (workflow_dir / settings["destination"]).resolve()
+    inside = [name for name in ("results", "logs", "benchmarks", "signoffs")
+              if root == (workflow_dir / name).resolve() or (workflow_dir / name).resolve() in root.parents]
+    if inside:
+        raise ArchiveError(f"{KEY}.destination = {settings['destination']!r} lies inside {inside[0]}/, which the "
+                           "archive copies: choose a folder outside results/, logs/, benchmarks/ and signoffs/")
+    return LocalDestination(root, run_key)
+
+
+# --- what is archived -----------------------------------------------------------------------------------
+
+
+def run_key(report_json: Path) -> str:
+    """The run's folder at the destination: when the run started and report.json's digest, so that two runs
+    (or two reports of one run) never overwrite each other: 20261203T140146Z-1a2b3c4d5e6f."""
+    report = json.loads(Path(report_json).read_text())
+    started = report.get("provenance", {}).get("started") or ""
+    digest = sha256_file(report_json)[:12]
+    if not started:
+        return f"unstarted-{digest}"
+    moment = datetime.fromisoformat(started)
+    if moment.utcoffset() is not None:
+        return f"{moment.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{digest}"
+    return f"{moment:%Y%m%dT%H%M%S}-{digest}"
+
+
+def listed_artifacts(report: dict[str, Any], root: Path) -> list[str]:
+    """report.json's artifacts as paths in the workflow folder; one outside it cannot be archived."""
+    paths = []
+    for stage in report["stages"]:
+        for artifact in stage.get("artifacts", []):
+            path = Path(artifact["path"])
+            resolved = (path if path.is_absolute() else root / path).resolve()
+            if root.resolve() not in resolved.parents:
+                raise ArchiveError(f"{artifact['path']} ({stage['stage']}): report.json lists it outside the "
+                                   f"workflow folder {root}; the archive keeps paths in the workflow folder only")
+            paths.append(resolved.relative_to(root.resolve()).as_posix())
+    return paths
+
+
+def select_files(root: Path, report: dict[str, Any]) -> list[str]:
+    """Every file the archive copies, as sorted paths in the workflow folder `root`: SELECTED without what
+    `left_out` names, and every artifact report.json lists."""
+    root = Path(root)
+    chosen = set(listed_artifacts(report, root))
+    for pattern in SELECTED:
+        for match in root.glob(pattern.rstrip("/")):
+            files = [p for p in match.rglob("*")] if pattern.endswith("/") else [match]
+            for path in files:
+                relative = path.relative_to(root).as_posix()
+                if path.is_file() and not left_out(relative):
+                    chosen.add(relative)
+    return sorted(chosen)
+
+
+def custody_check(report: dict[str, Any], root: Path) -> None:
+    """Before anything is copied: every artifact report.json lists must still have the sha256 it recorded
+    (audit.artifact_changes, the check `make verify` makes); an archive of changed files would certify them."""
+    changes = artifact_changes(report, root)
+    if changes:
+        raise ArchiveError(
+            "nothing copied: files changed since their stage recorded them in report.json (chain of custody):\n  - "
+            + "\n  - ".join(f"{c['path']} ({c['stage']}): report.json recorded sha256 {c['recorded']}, the file "
+                            f"now has {c['now']}" for c in changes))
+
+
+# --- the two steps --------------------------------------------------------------------------------------
+
+
+def copy_run(settings: dict[str, Any], report_json: Path, scratch: Path) -> dict[str, Any]:
+    """Checks custody, copies the selection to the destination and returns the copy record: the destination,
+    the run key, the TLS state and each file's size and sha256 at the source (read_back's input)."""
+    root = Path(report_json).resolve().parent.parent
+    report = json.loads(Path(report_json).read_text())
+    custody_check(report, root)
+    files = select_files(root, report)
+    key = run_key(report_json)
+    destination = open_destination(settings, key, root, scratch)
+    destination.check()
+    log.info("archiving %d files of run %s to %s", len(files), key, destination.url)
+    copied = []
+    for path in files:
+        source = root / path
+        entry = {"path": path, "bytes": source.stat().st_size, "sha256_source": sha256_file(source)}
+        destination.put(source, path)
+        log.info("copied %s (%d bytes, sha256 %s)", path, entry["bytes"], entry["sha256_source"])
+        copied.append(entry)
+    return {
+        "run_key": key,
+        "url": destination.url,
+        "settings": {k: settings.get(k) for k in CONNECTION_KEYS},
+        "tls": tls_state(settings),
+        "warnings": tls_warnings(settings),
+        "report": report_facts(report, report_json),
+        "copied": now_iso(),
+        "files": copied,
+    }
+
+
+def report_facts(report: dict[str, Any], report_json: Path) -> dict[str, Any]:
+    provenance = report.get("provenance", {})
+    return {
+        "sha256": sha256_file(report_json),
+        "status": report.get("status"),
+        "failed_run": report.get("failed_run", False),
+        **{k: provenance.get(k) for k in ("started", "ended", "commit", "dirty", "config_digest")},
+    }
+
+
+def compare(files: list[dict[str, Any]], read: dict[str, tuple[str, int | None]], url: str) -> list[str]:
+    """Each file whose read-back sha256 is not the source's, or that is missing at the destination, named with
+    both digests."""
+    problems = []
+    for entry in files:
+        digest, _ = read[entry["path"]]
+        if digest == MISSING:
+            problems.append(f"{entry['path']}: missing at {url} (sha256 at source {entry['sha256_source']})")
+        elif digest != entry["sha256_source"]:
+            problems.append(f"{entry['path']}: sha256 at source {entry['sha256_source']}, read back from {url} "
+                            f"{digest}")
+    return problems
+
+
+def build_manifest(
+    record: dict[str, Any], read: dict[str, tuple[str, int | None]], problems: list[str]
+) -> dict[str, Any]:
+    files = [{"path": e["path"], "bytes": e["bytes"], "sha256_source": e["sha256_source"],
+              "sha256_read_back": read[e["path"]][0], "bytes_read_back": read[e["path"]][1]}
+             for e in record["files"]]
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "status": "fail" if problems else "pass",
+        "problems": problems,
+        "run_key": record["run_key"],
+        "destination": record["url"],
+        "tls": record["tls"],
+        "warnings": record["warnings"],
+        "report": record["report"],
+        "copied": record["copied"],
+        "read_back": now_iso(),
+        "totals": {"files": len(files), "bytes": sum(f["bytes"] for f in files)},
+        "files": files,
+    }
+
+
+def read_back(record: dict[str, Any], manifest_path: Path, scratch: Path, workflow_dir: Path) -> dict[str, Any]:
+    """Reads every recorded file back from the destination and compares its sha256 with the source's, then
+    writes the manifest locally and beside the files (so that an earlier manifest there never vouches for
+    files that changed since). Raises ArchiveError naming every missing or different file; on a full match,
+    reads the manifest back too."""
+    settings = record["settings"]
+    destination = open_destination(settings, record["run_key"], workflow_dir, scratch)
+    destination.check()
+    read = {}
+    for entry in record["files"]:
+        read[entry["path"]] = destination.read_back(entry["path"])
+        log.info("read back %s: sha256 %s", entry["path"], read[entry["path"]][0])
+    problems = compare(record["files"], read, destination.url)
+    for problem in problems:
+        log.error(problem)
+    manifest = build_manifest(record, read, problems)
+    write_json(manifest_path, manifest)
+    destination.put(manifest_path, MANIFEST)
+    if problems:
+        raise ArchiveError(f"{len(problems)} of {len(record['files'])} files at {destination.url} are not the "
+                           f"ones copied (its {MANIFEST} says so):\n  - " + "\n  - ".join(problems))
+    local, remote = sha256_file(manifest_path), destination.read_back(MANIFEST)[0]
+    if remote != local:
+        raise ArchiveError(f"{MANIFEST}: sha256 written {local}, read back from {destination.url} {remote}")
+    log.info("all %d files read back from %s with their source's sha256; manifest %s (sha256 %s)",
+             len(record["files"]), destination.url, MANIFEST, local)
+    return manifest
