@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make report` and `make test`.
-# Both create .venv from envs/cpu.txt when it is missing or older than the pins.
+# Both create .venv from the hash lock envs/cpu.lock (made from the pins in envs/cpu.txt by `make lock`) when
+# it is missing or older than the lock: pip checks every file it installs against the lock's sha256.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,11 +8,11 @@ ARGS ?=
 # The trn2 configuration the preflight checks (config/config.yaml with these files laid over it).
 TRN2_CONFIG ?= config/trn2.yaml
 
-.PHONY: report test preflight verify signoff lint clean
+.PHONY: report test preflight verify signoff lint lock lock-check clean
 
-$(VENV)/.installed: envs/cpu.txt pyproject.toml
+$(VENV)/.installed: envs/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r envs/cpu.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r envs/cpu.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -35,6 +36,21 @@ verify: $(VENV)/.installed
 export NAME DECISION NOTE
 signoff: $(VENV)/.installed
 	$(BIN)/python -m qwen3_pilot.audit signoff --name "$$NAME" --decision "$$DECISION" --note "$$NOTE"
+
+# envs/cpu.lock from envs/cpu.txt: every package pinned with the sha256 of each of its files on the index
+# (pip-tools; PyPI must be reachable). Pins already in the lock stay unless envs/cpu.txt moves them; delete the
+# lock first to move every package to the newest its pins allow. Commit both files together.
+LOCK_COMMAND = $(BIN)/pip-compile --quiet --allow-unsafe --generate-hashes --no-emit-index-url \
+	--no-emit-find-links --strip-extras
+lock: $(VENV)/.installed
+	$(LOCK_COMMAND) --output-file envs/cpu.lock envs/cpu.txt
+
+# CI: the committed lock is what envs/cpu.txt resolves to (regenerated into a copy, compared).
+lock-check: $(VENV)/.installed
+	cp envs/cpu.lock .venv/cpu.lock.check
+	$(LOCK_COMMAND) --output-file .venv/cpu.lock.check envs/cpu.txt
+	sed -i 's|--output-file=.venv/cpu.lock.check|--output-file=envs/cpu.lock|' .venv/cpu.lock.check
+	diff -u envs/cpu.lock .venv/cpu.lock.check || (echo "envs/cpu.lock is not what envs/cpu.txt resolves to: run make lock" >&2; exit 1)
 
 lint: $(VENV)/.installed
 	$(BIN)/snakemake --lint

@@ -27,6 +27,12 @@ BACKEND = config["backend"]
 RUN_STARTED = now_iso()
 PINS_FILE = f"envs/{BACKEND}.txt"
 PINS = read_pins(Path(workflow.basedir) / PINS_FILE)
+# Every package of the environment with its hashes (make lock); the neuron backend's is made on the instance.
+LOCK_FILE = f"envs/{BACKEND}.lock"
+
+
+def get_lock_file():
+    return [LOCK_FILE] if (Path(workflow.basedir) / LOCK_FILE).exists() else []
 # Used with --use-conda only; the same pins, so both setups run the same software.
 SOFTWARE_ENV = f"../envs/{BACKEND}.yaml"
 USES_FIXTURE = config["weights"]["source"] == "fixture"

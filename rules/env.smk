@@ -29,6 +29,8 @@ rule pin_package:
 rule pin_env:
     input:
         stamps=expand("results/pin_env/packages/{package}.json", package=sorted(PINS)),
+        # A new lock reruns pin_env and the report only: the stages take the per-package stamps.
+        lock=get_lock_file(),
     output:
         summary="results/pin_env/summary.json",
     log:

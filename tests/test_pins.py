@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import sysconfig
 
 import pytest
 from conftest import PROJECT, output, run_snakemake
 
-from qwen3_pilot.pins import NOT_INSTALLED, Pin, PinError, check_pin, installed_version, read_pins
+from qwen3_pilot.pins import (
+    NOT_INSTALLED,
+    Pin,
+    PinError,
+    check_pin,
+    installed_distributions,
+    installed_version,
+    lock_drift,
+    read_lock,
+    read_pins,
+)
 
 
 def test_every_backend_pins_file_parses_and_pins_the_core_packages():
@@ -61,3 +75,62 @@ def test_stamps_hold_only_their_own_package(workspace):
     assert result.returncode == 0, output(result)
     stamp = json.loads((ws / "results/pin_env/packages/torch.json").read_text())
     assert stamp == {"package": "torch", "pinned": "==2.14.1", "installed": installed_version("torch"), "ok": True}
+
+
+# ---- the hash lock (envs/cpu.lock, make lock) ----
+
+LOCK = PROJECT / "envs" / "cpu.lock"
+
+
+def test_the_lock_holds_every_pin_at_its_pinned_version_with_hashes():
+    locked = read_lock(LOCK)
+    for pin in read_pins(PROJECT / "envs" / "cpu.txt").values():
+        assert pin.admits(locked[pin.package]), (pin.package, locked.get(pin.package))
+    # and their dependencies: far more than the pins
+    assert len(locked) > 3 * len(read_pins(PROJECT / "envs" / "cpu.txt"))
+
+
+def test_this_environment_is_the_locked_one():
+    assert lock_drift(read_lock(LOCK), installed_distributions()) == []
+
+
+@pytest.mark.parametrize("text, message", [
+    ("six==1.17.0\n", "six has no --hash lines"),
+    ("six>=1.17\n    --hash=sha256:00\n", "is not an exact pin"),
+])
+def test_a_lock_without_exact_pins_and_hashes_is_refused(tmp_path, text, message):
+    (tmp_path / "x.lock").write_text(text)
+    with pytest.raises(PinError, match=message):
+        read_lock(tmp_path / "x.lock")
+
+
+def test_drift_names_each_package_locked_and_installed():
+    rows = lock_drift({"six": "1.17.0", "numpy": "2.3.0", "qwen3-pilot": "0"},
+                      {"six": "1.16.0", "numpy": "2.3.0", "left-pad": "1.0", "qwen3-pilot": "0.1.0"})
+    assert rows == [{"package": "left-pad", "locked": "not locked", "installed": "1.0"},
+                    {"package": "six", "locked": "1.17.0", "installed": "1.16.0"}]
+
+
+def test_a_transitive_package_at_another_version_in_a_scratch_venv_fails_pin_env_naming_it(tmp_path):
+    """A venv that sees this environment's packages (a .pth file) but has six, a dependency of a dependency
+    (python-dateutil), installed at another version in its own site-packages, which wins on the path."""
+    locked = read_lock(LOCK)
+    assert "six" in locked and "six" not in read_pins(PROJECT / "envs" / "cpu.txt")
+    other = "1.16.0" if locked["six"] != "1.16.0" else "1.15.0"
+    scratch = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(scratch)], check=True)
+    site = next(scratch.glob("lib/python*/site-packages"))
+    (site / "pilot-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
+                                f"six=={other}"], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr
+    check = subprocess.run(
+        [str(scratch / "bin" / "python"), "-c",
+         "import sys; from pathlib import Path; from qwen3_pilot.stages.pin_env import check_lock; "
+         "check_lock(Path(sys.argv[1]))", str(LOCK)],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(PROJECT / "workflow" / "scripts")},
+    )
+    assert check.returncode != 0
+    error = check.stderr.strip().splitlines()
+    assert "the installed environment differs from" in check.stderr and "(1 package(s)" in check.stderr, check.stderr
+    assert error[-2].split() == ["package", "locked", "installed"] and error[-1].split() == ["six", locked["six"], other]

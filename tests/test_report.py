@@ -213,3 +213,21 @@ def test_a_failure_record_of_an_earlier_run_is_not_this_runs_failure(tmp_path, m
     assert by_stage["train_native"]["status"] == "not_run"
     assert "failed in an earlier run" in by_stage["train_native"]["notes"][0]
     assert by_stage["compare_recipes"]["notes"] == ["not reached: the run stopped at a failure"]
+
+
+def test_the_environment_section_shows_the_lock_digest_platform_and_whether_the_run_was_locked(tmp_path):
+    environment = {"python": "3.11.7", "platform": "Linux-x86_64-with-glibc2.36", "machine": "x86_64"}
+    lock = {"file": "envs/cpu.lock", "sha256": "b" * 64, "packages": 181, "drift": [], "locked_environment": True}
+    summary = write_summary(tmp_path, "pin_env", figures={
+        "pins_file": "envs/cpu.txt", "packages": [], "lock": lock, "environment": environment, "system": {}})
+    report = build(tmp_path, {"pin_env": summary})
+    assert report["environment"]["lock"]["sha256"] == "b" * 64
+    html = (tmp_path / "report.html").read_text()
+    assert "Hash lock envs/cpu.lock, sha256" in html and "b" * 64 in html and "181 packages" in html
+    assert "locked environment: <span class=\"status pass\">yes</span>" in html
+    assert "on Linux-x86_64-with-glibc2.36 (x86_64, Python 3.11.7)" in html
+    unlocked = write_summary(tmp_path, "pin_env", figures={
+        "pins_file": "envs/neuron.txt", "packages": [], "lock": {"file": None, "locked_environment": False},
+        "environment": environment, "system": {}})
+    build(tmp_path, {"pin_env": unlocked})
+    assert "No hash lock for this backend" in (tmp_path / "report.html").read_text()

@@ -8,6 +8,7 @@ with stage_log(snakemake.log[0], consumes=snakemake.input):
         stamps=list(snakemake.input.stamps),
         backend=snakemake.params.backend,
         pins_file=snakemake.params.pins_file,
+        lock_file=Path(snakemake.input.lock[0]) if snakemake.input.lock else None,
         cache_root=snakemake.params.cache_root,
         out=Path(snakemake.output.summary),
     )

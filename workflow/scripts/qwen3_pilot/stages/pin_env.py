@@ -7,7 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..pins import Pin, PinError, check_pin, environment_facts, format_table, installed_version
+from ..pins import (
+    Pin,
+    PinError,
+    check_pin,
+    environment_facts,
+    format_drift,
+    format_table,
+    installed_distributions,
+    installed_version,
+    lock_drift,
+    read_lock,
+)
 
 
 def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
@@ -19,8 +30,28 @@ def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
     return row
 
 
+def check_lock(lock_file: Path | None, installed: dict[str, str] | None = None) -> dict[str, Any]:
+    """Every installed distribution against the hash lock (envs/<backend>.lock): its digest, and a PinError
+    with the table of each package that differs. No lock (the neuron backend, locked on the instance): the
+    record says the environment is unlocked."""
+    from ..artifacts import sha256_file
+    from ..summary import record_measured
+
+    if lock_file is None:
+        return {"file": None, "locked_environment": False}
+    locked = read_lock(lock_file)
+    drift = lock_drift(locked, installed_distributions() if installed is None else installed)
+    record = {"file": str(lock_file), "sha256": sha256_file(lock_file), "packages": len(locked), "drift": drift,
+              "locked_environment": not drift}
+    if drift:
+        record_measured(lock_drift=drift)  # the failed stage's report shows the table
+        raise PinError(f"the installed environment differs from {lock_file} ({len(drift)} package(s); "
+                       "reinstall with make, or regenerate the lock with make lock):\n" + format_drift(drift))
+    return record
+
+
 def run(
-    stamps: list[Path], backend: dict[str, Any], pins_file: str, cache_root: str, out: Path
+    stamps: list[Path], backend: dict[str, Any], pins_file: str, lock_file: Path | None, cache_root: str, out: Path
 ) -> dict[str, Any]:
     from ..backends import make_backend
     from ..summary import StageSummary, record_measured
@@ -30,6 +61,7 @@ def run(
     bad = [r for r in rows if not r["ok"]]
     if bad:
         raise PinError("pinned versions not installed:\n" + format_table(bad))
+    lock = check_lock(lock_file)
     summary = StageSummary(
         stage="pin_env",
         status="pass",
@@ -37,13 +69,18 @@ def run(
         figures={
             "pins_file": pins_file,
             "packages": rows,
+            "lock": lock,
             "environment": environment_facts(),
             "system": make_backend(backend, cache_root).system_versions(),
         },
         proves=f"Every package pinned in {pins_file} is installed at its pinned version in the environment "
-        "that ran the stages.",
-        does_not_prove="That the pinned versions are the right ones, or that packages not named in the pins "
-        "file are the same as on another machine.",
+        "that ran the stages"
+        + (f", and every installed distribution is at the version {lock['file']} (sha256 {lock['sha256'][:12]}) "
+           f"locks ({lock['packages']} packages), none missing and none unlocked." if lock["file"] else
+           "; this backend has no lock file, so the other packages are recorded by nothing."),
+        does_not_prove="That the pinned versions are the right ones; that the installed files are the ones the lock's "
+        "hashes name (pip checks that when make installs from the lock, not afterwards); or the system libraries "
+        "outside pip (driver, runtime, libc).",
     )
     summary.add_artifacts([Path(p) for p in stamps])
     return summary.write(out)
