@@ -1,25 +1,37 @@
 {
-  # A development shell with the interpreter and tools the Makefile expects. The Python packages
-  # themselves come from envs/<backend>.txt through pip (torch and the Neuron stack are not taken
-  # from nixpkgs, so the pins stay the single source of versions).
+  # A development shell with what `make report` and `make test` need from the system: the Python that
+  # envs/cpu.lock was made for, make and git, and the C++ runtime and zlib that the manylinux wheels (torch,
+  # numpy, tokenizers) load. The Python packages come from the hash lock through pip, as everywhere else
+  # (torch and the Neuron stack are not taken from nixpkgs): the Makefile builds .venv with
+  # `pip install --require-hashes -r envs/cpu.lock`. Needs Nix 2.4 or newer with the nix-command and flakes
+  # features; the first `nix develop` downloads the nixpkgs source pinned in flake.lock.
   description = "Qwen3 on AWS Trainium: the pilot workflow";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.05";
+  # nixos-25.11; flake.lock pins the exact revision and its narHash. With no network to compute one, the pair
+  # is a published one: the nixpkgs node of NimaSaed/nix-config's flake.lock (commit 00c18877e51e), the
+  # nixos-25.11 branch at rev e576e3c9cf9b (lastModified 1770136044).
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-25.11";
 
   outputs = { self, nixpkgs }:
     let
-      systems = [ "x86_64-linux" "aarch64-linux" ];
-      forAll = f: nixpkgs.lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
+      # The lock is for x86_64 Linux (pip-compile resolved it there; torch's wheel is platform-specific).
+      system = "x86_64-linux";
+      pkgs = nixpkgs.legacyPackages.${system};
+      pythonAttr = import ./nix/python.nix { lockFile = ./envs/cpu.lock; };
+      python = pkgs.${pythonAttr};
+      wheelLibraries = [ pkgs.stdenv.cc.cc.lib pkgs.zlib ];
     in
     {
-      devShells = forAll (pkgs: {
-        default = pkgs.mkShell {
-          packages = [ pkgs.python311 pkgs.gnumake pkgs.git ];
-          shellHook = ''
-            export PYTHON=${pkgs.python311}/bin/python3
-            echo "make report | make test (creates .venv from envs/cpu.txt)"
-          '';
-        };
-      });
+      # What the shell provides, for `nix eval .#versions` (tests/test_flake.py checks the same offline).
+      versions = { python = pythonAttr; lockFile = "envs/cpu.lock"; };
+
+      devShells.${system}.default = pkgs.mkShell {
+        packages = [ python pkgs.gnumake pkgs.git ];
+        shellHook = ''
+          export PYTHON=${python}/bin/python3
+          export LD_LIBRARY_PATH=${pkgs.lib.makeLibraryPath wheelLibraries}''${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+          echo "make report | make test (build .venv from the hash lock envs/cpu.lock)"
+        '';
+      };
     };
 }
