@@ -33,6 +33,8 @@ LOCK_FILE = f"envs/{BACKEND}.lock"
 
 def get_lock_file():
     return [LOCK_FILE] if (Path(workflow.basedir) / LOCK_FILE).exists() else []
+
+
 # Used with --use-conda only; the same pins, so both setups run the same software.
 SOFTWARE_ENV = f"../envs/{BACKEND}.yaml"
 USES_FIXTURE = config["weights"]["source"] == "fixture"
