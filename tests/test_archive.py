@@ -164,10 +164,10 @@ def test_selection_keeps_the_run_and_leaves_out_caches_checkpoint_duplicates_and
 
 def test_run_key_tells_runs_and_reports_apart(tmp_path):
     first = make_run(tmp_path / "a")
-    key = archive.run_key(first)
+    key = archive.run_key(json.loads(first.read_text()), sha256_file(first))
     assert key == f"20261203T140146Z-{sha256_file(first)[:12]}"
     second = make_run(tmp_path / "b", started="2026-12-04T09:00:00+00:00")
-    assert archive.run_key(second).startswith("20261204T090000Z-")
+    assert archive.run_key(json.loads(second.read_text()), sha256_file(second)).startswith("20261204T090000Z-")
 
 
 def test_a_changed_artifact_stops_the_archive_before_anything_is_copied(run_dir, tmp_path):

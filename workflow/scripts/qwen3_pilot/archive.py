@@ -261,12 +261,11 @@ def open_destination(settings: dict[str, Any], run_key: str, workflow_dir: Path,
 # --- what is archived -----------------------------------------------------------------------------------
 
 
-def run_key(report_json: Path) -> str:
+def run_key(report: dict[str, Any], report_sha256: str) -> str:
     """The run's folder at the destination: when the run started and report.json's digest, so that two runs
     (or two reports of one run) never overwrite each other: 20261203T140146Z-1a2b3c4d5e6f."""
-    report = json.loads(Path(report_json).read_text())
     started = report.get("provenance", {}).get("started") or ""
-    digest = sha256_file(report_json)[:12]
+    digest = report_sha256[:12]
     if not started:
         return f"unstarted-{digest}"
     moment = datetime.fromisoformat(started)
@@ -323,9 +322,10 @@ def copy_run(settings: dict[str, Any], report_json: Path, scratch: Path) -> dict
     the run key, the TLS state and each file's size and sha256 at the source (read_back's input)."""
     root = Path(report_json).resolve().parent.parent
     report = json.loads(Path(report_json).read_text())
+    report_sha256 = sha256_file(report_json)
     custody_check(report, root)
     files = select_files(root, report)
-    key = run_key(report_json)
+    key = run_key(report, report_sha256)
     destination = open_destination(settings, key, root, scratch)
     destination.check()
     log.info("archiving %d files of run %s to %s", len(files), key, destination.url)
@@ -342,16 +342,16 @@ def copy_run(settings: dict[str, Any], report_json: Path, scratch: Path) -> dict
         "settings": {k: settings.get(k) for k in CONNECTION_KEYS},
         "tls": tls_state(settings),
         "warnings": tls_warnings(settings),
-        "report": report_facts(report, report_json),
+        "report": report_facts(report, report_sha256),
         "copied": now_iso(),
         "files": copied,
     }
 
 
-def report_facts(report: dict[str, Any], report_json: Path) -> dict[str, Any]:
+def report_facts(report: dict[str, Any], report_sha256: str) -> dict[str, Any]:
     provenance = report.get("provenance", {})
     return {
-        "sha256": sha256_file(report_json),
+        "sha256": report_sha256,
         "status": report.get("status"),
         "failed_run": report.get("failed_run", False),
         **{k: provenance.get(k) for k in ("started", "ended", "commit", "dirty", "config_digest")},
