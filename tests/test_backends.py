@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import PROJECT, backend_config, default_config
 
 from qwen3_pilot.backends import (
     FIRST_NODE_OF_ALLOCATION,
+    apply_device_process_env,
     cache_env,
     collective_count_dtype,
     make_backend,
@@ -68,6 +70,21 @@ def test_a_users_neuron_cc_flags_pass_through_the_launch_untouched(tmp_path, mon
     # How ranks.launch_ranks and training.launch build the ranks' environment.
     launched = {**os.environ, **backend.launcher_env}
     assert launched["NEURON_CC_FLAGS"] == "--model-type=transformer -O1"
+
+
+def test_a_stage_process_gets_the_device_part_of_the_ranks_environment(tmp_path):
+    neuron = make_backend({**config("neuron", 64), "nodes": 2}, str(tmp_path))
+    # The same values the ranks get, without the launch-only parts (the EFA settings of a two-node launch).
+    assert neuron.device_process_env == {key: neuron.launcher_env[key] for key in (
+        "TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR", "NEURON_LOGICAL_NC_CONFIG",
+        "NEURON_RT_VIRTUAL_CORE_SIZE")}
+    assert "FI_PROVIDER" in neuron.launcher_env
+    environ = {"NEURON_LOGICAL_NC_CONFIG": "1", "NEURON_CC_FLAGS": "-O1"}
+    assert apply_device_process_env(neuron, environ) == neuron.device_process_env
+    assert environ == {**neuron.device_process_env, "NEURON_CC_FLAGS": "-O1"}  # the config's LNC, the user's flags
+    # cpu: nothing beyond the compiler caches every stage process keeps in the project; no OMP_NUM_THREADS.
+    cpu_environ: dict[str, str] = {}
+    assert apply_device_process_env(make_backend(config("cpu", 2), str(tmp_path)), cpu_environ) == {} == cpu_environ
 
 
 def test_neuron_is_unavailable_without_the_devices():
@@ -157,6 +174,72 @@ def test_collective_counts_are_32_bit_on_every_backend():
 
     # Neuron's collectives take no 64-bit types; gloo takes int32 too, so one dtype serves both.
     assert collective_count_dtype() == torch.int32
+
+
+@pytest.fixture
+def one_rank_group():
+    """A gloo process group of one rank on an in-memory store: nothing listens on the network."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def sent_dtypes(monkeypatch):
+    """The dtypes of every tensor that goes through all_reduce and all_gather, which still run."""
+    import torch.distributed as dist
+
+    sent: list[tuple[str, object]] = []
+    all_reduce, all_gather = dist.all_reduce, dist.all_gather
+
+    def recording_all_reduce(tensor, *args, **kwargs):
+        sent.append(("all_reduce", tensor.dtype))
+        return all_reduce(tensor, *args, **kwargs)
+
+    def recording_all_gather(outputs, tensor, *args, **kwargs):
+        sent.extend(("all_gather", t.dtype) for t in [*outputs, tensor])
+        return all_gather(outputs, tensor, *args, **kwargs)
+
+    monkeypatch.setattr(dist, "all_reduce", recording_all_reduce)
+    monkeypatch.setattr(dist, "all_gather", recording_all_gather)
+    return sent
+
+
+def test_the_rank_workers_collectives_send_only_32_bit_types(one_rank_group, sent_dtypes):
+    import torch
+
+    from qwen3_pilot.in_ranks.rank_worker import known_collectives
+
+    seen = known_collectives(0, 1, torch.device("cpu"))
+    assert seen == {"device": "cpu", "all_reduce_sum": 1.0, "all_gather": [0]}
+    assert sent_dtypes == [("all_reduce", torch.float32), ("all_gather", torch.int32), ("all_gather", torch.int32)]
+
+
+def test_the_router_load_goes_through_its_all_reduce_as_int32(one_rank_group, sent_dtypes, tmp_path, monkeypatch):
+    import torch
+
+    from qwen3_pilot.in_ranks.titan_metrics import recording_router_load
+
+    class Optimizers:
+        def register_step_pre_hook(self, hook):
+            self.hook = hook
+
+    moe = torch.nn.Module()
+    moe.register_buffer("tokens_per_expert_E", torch.tensor([3.0, 0.0, 5.0, 1.0]))  # float32, as torchtitan's
+    moe.load_balance_coeff = None
+    block = torch.nn.Module()
+    block.moe_enabled, block.moe = True, moe
+    part = torch.nn.Module()
+    part.layers = torch.nn.ModuleDict({"0": block})
+    optimizers = Optimizers()
+    monkeypatch.setenv("RANK", "0")
+    recording_router_load(None, str(tmp_path / "load.jsonl"))(optimizers, [part], parallel_dims=None)
+    optimizers.hook()
+    assert sent_dtypes == [("all_reduce", torch.int32)]
+    assert (tmp_path / "load.jsonl").read_text() == '{"step": 1, "tokens_per_expert": [[3, 0, 5, 1]]}\n'
+    assert moe.tokens_per_expert_E.sum() == 0  # no load-balancing hook zeroes them: the recorder does
 
 
 def test_the_largest_count_sent_through_a_collective_fits_int32_at_trn2_scale():

@@ -45,18 +45,40 @@ def test_the_full_width_reduced_spec_has_the_published_parameter_count():
     assert count_parameters(reduced_moe_model(model_spec({**moe, "experts": 128}, width, 151936, 4096))) > 1_906_330_624
 
 
-def test_kernel_numerics_on_neuron_fails_at_once_naming_the_missing_packages(tmp_path):
-    """No not_run path on the target: without the Neuron packages the stage stops before measuring anything."""
+def test_kernel_numerics_on_neuron_fails_at_once_naming_the_missing_packages(tmp_path, monkeypatch):
+    """No not_run path on the target: without the Neuron packages the stage stops before measuring anything,
+    having given its own process the environment the ranks get for the device first."""
+    from conftest import PROJECT, backend_config
+
     from qwen3_pilot.stages.kernel_numerics import run as kernel_numerics
 
+    device_vars = ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR", "NEURON_LOGICAL_NC_CONFIG",
+                   "NEURON_RT_VIRTUAL_CORE_SIZE")
+    for key in device_vars:
+        # Also makes monkeypatch restore each afterwards; a folder, as the stage may create it.
+        monkeypatch.setenv(key, str(tmp_path / "left over from before"))
+    for key in ("FI_PROVIDER", "OMP_NUM_THREADS", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--the-user's-own")
+    neuron = yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text())["neuron"]
     with pytest.raises(ImportError) as raised:
         kernel_numerics(
-            backend_config={"backend": "neuron", "ranks": 64, "neuron": {"lnc": 2}}, settings={},
+            backend_config=backend_config("neuron", 64, neuron=neuron, nodes=2), settings={},
             cache_root=str(tmp_path), results_path=tmp_path / "numerics.json", summary_path=tmp_path / "summary.json",
         )
     assert "torch_neuronx (torch-neuronx" in str(raised.value)
     assert "nkilib.core.embeddings.rope_hf (the NKI Library" in str(raised.value)
     assert not (tmp_path / "numerics.json").exists() and not (tmp_path / "summary.json").exists()
+    import os
+
+    assert {key: os.environ[key] for key in device_vars} == {
+        "TORCH_NEURONX_NEFF_CACHE_DIR": f"{tmp_path.resolve()}/neuron/neff-cache",
+        "TORCH_NEURONX_DEBUG_DIR": f"{tmp_path.resolve()}/neuron/debug",
+        "NEURON_LOGICAL_NC_CONFIG": "2", "NEURON_RT_VIRTUAL_CORE_SIZE": "2",
+    }
+    # Nothing of the ranks' launch: no EFA settings even with nodes = 2, no thread count; the user's flags kept.
+    assert "FI_PROVIDER" not in os.environ and "OMP_NUM_THREADS" not in os.environ
+    assert os.environ["NEURON_CC_FLAGS"] == "--the-user's-own"
 
 
 def test_the_trn2_numerics_settings_ask_float32_to_be_exact_and_derive_the_bfloat16_bound():

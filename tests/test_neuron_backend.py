@@ -245,7 +245,61 @@ def test_the_rank_worker_imports_torch_neuronx_before_making_its_device(tmp_path
     assert result.stdout.strip() == "neuron:3"
 
 
-def test_prepare_torchtitan_imports_torch_neuronx_and_makes_the_compile_cache_folders(tmp_path, monkeypatch):
+class RecordingDeviceModule:
+    """A torch device module (torch.cuda's interface, which torchtitan's memory monitor calls) that records
+    the order of the calls and answers with an allocator's figures."""
+
+    GIB = 2**30
+    ANSWERS = {
+        "get_device_name": "fake device", "current_device": 0,
+        "get_device_properties": type("Properties", (), {"total_memory": 24 * GIB})(),
+        "memory_stats": {"active_bytes.all.peak": 6 * GIB, "reserved_bytes.all.peak": 12 * GIB,
+                         "num_alloc_retries": 0, "num_ooms": 0},
+    }
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return self.ANSWERS.get(name)
+
+        return call
+
+
+@pytest.fixture
+def fake_device_module(monkeypatch):
+    """torchtitan's metrics module reading a recording device module; its monitor builder restored after."""
+    import torchtitan.components.metrics as tt_metrics
+
+    device_module = RecordingDeviceModule()
+    monkeypatch.setattr(tt_metrics, "device_module", device_module)
+    monkeypatch.setattr(tt_metrics, "build_device_memory_monitor", lambda: tt_metrics.DeviceMemoryMonitor("cpu"))
+    return device_module
+
+
+def test_the_memory_monitor_reads_the_peaks_after_a_synchronize(fake_device_module):
+    import torchtitan.components.metrics as tt_metrics
+
+    from qwen3_pilot.backends.neuron import SynchronizedMemoryMonitor
+
+    # torchtitan's own monitor on a cpu device object: torch.device("neuron") only parses with torch_neuronx.
+    monitor = SynchronizedMemoryMonitor(tt_metrics.DeviceMemoryMonitor("cpu"), fake_device_module)
+    fake_device_module.calls.clear()
+    stats = monitor.get_peak_stats()
+    assert fake_device_module.calls == ["synchronize", "memory_stats"]
+    assert (stats.max_active_gib, stats.max_reserved_gib, stats.max_reserved_pct) == (6, 12, 50)
+    assert monitor.device_name == "fake device" and monitor.device_capacity_gib == 24
+    monitor.reset_peak_stats()
+    assert fake_device_module.calls[-1] == "reset_peak_memory_stats"
+
+
+def test_prepare_torchtitan_imports_torch_neuronx_and_makes_the_compile_cache_folders(
+    tmp_path, monkeypatch, fake_device_module
+):
+    import torchtitan.components.metrics as tt_metrics
+
     (tmp_path / "torch_neuronx.py").write_text("IMPORTED = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     # Recorded so that the fake module leaves sys.modules after the test, then out of the way of the import.
@@ -253,9 +307,14 @@ def test_prepare_torchtitan_imports_torch_neuronx_and_makes_the_compile_cache_fo
     del sys.modules["torch_neuronx"]
     for key in COMPILE_CACHE_DIRS:
         monkeypatch.setenv(key, str(tmp_path / "cache" / key))
-    assert prepare_torchtitan() == []
+    assert prepare_torchtitan() == ["memory_monitor_synchronize"]
     assert sys.modules["torch_neuronx"].IMPORTED
     assert all((tmp_path / "cache" / key).is_dir() for key in COMPILE_CACHE_DIRS)
+    # What the trainer's MetricsProcessor builds from then on.
+    monitor = tt_metrics.build_device_memory_monitor()
+    fake_device_module.calls.clear()
+    monitor.get_peak_stats()
+    assert fake_device_module.calls == ["synchronize", "memory_stats"]
 
 
 def test_without_torch_neuronx_the_neuron_processes_stop_naming_it(monkeypatch):

@@ -82,6 +82,28 @@ def test_wrong_rope_is_reported(wrong_rope):
     assert len(problems) == len(rows) and "rope_forward_q float32" in problems[0]
 
 
+def bf16_stepwise_rope(q, k, cos, sin, lnc=None):
+    """The NKI rope_hf kernel's arithmetic: cos/sin loaded in q's dtype, q * cos and rotate_half(q) * sin
+    each rounded to it, then their sum (bfloat16 tensors round every op; autograd's backward does the same)."""
+
+    def rotate(x):
+        cos_x, sin_x = cos.to(x.dtype)[:, None], sin.to(x.dtype)[:, None]
+        return x * cos_x + rope_kernel.rotate_half(x) * sin_x
+
+    return rotate(q), rotate(k)
+
+
+def test_the_bf16_stepwise_bound_admits_a_kernel_that_rounds_every_step_and_not_a_wrong_rope():
+    stepwise = {"bfloat16": "bf16_stepwise"}
+    rows = numerics.rope_numerics(ROPE_SHAPES, ["bfloat16"], stepwise, rope_apply=bf16_stepwise_rope)
+    assert len(rows) == len(ROPE_SHAPES) * 4 and failed(rows) == []
+    # Rounding at every step differs from rounding once: the bound, not an exact match, is what passes.
+    assert max(row["max_abs_diff"] for row in rows) > 0
+    assert all(0 < row["tolerance"] < 0.5 for row in rows)  # derived from the inputs, not the string
+    wrong = numerics.rope_numerics(ROPE_SHAPES[:1], ["bfloat16"], stepwise, rope_apply=sign_flipped_rope)
+    assert len(failed(wrong)) == len(wrong) == 4
+
+
 def test_rope_op_passes_torch_opcheck():
     """Schema, fake (meta) kernel and autograd registration, as torch.compile relies on them."""
     q, k = torch.randn(1, 2, 256, 16), torch.randn(1, 1, 256, 16)

@@ -39,8 +39,18 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     launches = report["checks"]["launches"]["figures"]
     assert {(launch["stage"], launch["launch"]) for launch in launches} >= {
         ("verify_ranks", "ranks"), ("train_native", "run"), ("train_native", "control"), ("train_hf", "run"),
-        ("moe_reduced", "run"), ("moe_reduced", "plain"),
+        ("moe_reduced", "run"), ("moe_reduced", "plain"), ("kernel_numerics", "stage process (no torchrun)"),
     }
+    # kernel_numerics uses the device in the stage's own process, with the environment it sets there: the
+    # compile caches and the LNC, nothing of a torchrun launch.
+    (numerics,) = [launch for launch in launches if launch["stage"] == "kernel_numerics"]
+    assert numerics["command"][-1].endswith("workflow/scripts/kernel_numerics.py")
+    assert "torch.distributed.run" not in numerics["command"]
+    assert set(numerics["env"]) == {"TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR",
+                                    "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VIRTUAL_CORE_SIZE"}
+    assert numerics["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith("neuron/neff-cache")
+    assert numerics["env"]["NEURON_LOGICAL_NC_CONFIG"] == numerics["env"]["NEURON_RT_VIRTUAL_CORE_SIZE"] == "2"
+    launches = [launch for launch in launches if launch is not numerics]
     for launch in launches:
         assert "--nproc-per-node=64" in launch["command"] and "--local-ranks-filter=0" in launch["command"]
         assert launch["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2" and "NEURON_CC_FLAGS" not in launch["env"]
@@ -53,11 +63,16 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert " ".join(cold["command"]).endswith("--checkpoint.no-enable --compile.enable --compile.backend neuron")
     assert cold["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith(
         "results/benchmark/runs/train_native/compile_cache/cold/torch_neuronx_neff_cache_dir")
+    warm = bench["train_native compiled_warm"]
+    assert " ".join(warm["command"]).endswith("--compile.enable --compile.backend neuron")
+    assert warm["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith(
+        "results/benchmark/runs/train_native/compile_cache/warm/torch_neuronx_neff_cache_dir")
     assert "--compile.enable" not in bench["moe_reduced eager"]["command"]
     assert bench["moe_reduced eager"]["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith("neuron/neff-cache")
     assert "Nothing in this preflight ran on Trainium" in report["nothing_ran_on_trainium"]
     html = (tmp_path / "preflight" / "preflight.html").read_text()
     assert "Nothing in this preflight ran on Trainium" in html and "rope_hf_on_every_layer" in html
+    assert "stage process (no torchrun)" in html and "workflow/scripts/kernel_numerics.py" in html
     assert json.loads((tmp_path / "preflight" / "preflight.json").read_text())["status"] == "pass"
 
 
@@ -107,6 +122,10 @@ def test_a_two_node_trn2_config_prints_srun_torchrun_launches_with_the_efa_setti
     config = load_config([TRN2, tmp_path / "nodes.yaml"])
     assert config["training"]["global_batch_size"] == 128
     launches = launch_plan(config, make_backend(config, str(tmp_path / "cache")), PROJECT)
+    (numerics,) = [launch for launch in launches if launch["stage"] == "kernel_numerics"]
+    # kernel_numerics runs on one node in the stage's own process: no srun, no EFA.
+    assert not numerics["command"][0].startswith("srun") and not any(key.startswith("FI_") for key in numerics["env"])
+    launches.remove(numerics)
     assert len(launches) > 5
     for launch in launches:
         command = " ".join(launch["command"])

@@ -13,7 +13,7 @@ machine, before anyone rents one.
    replacement counts (rope_hf on the native 4B model as well, configured or not), parameter counts on
    the meta device;
 4. the 64-rank FSDP plan of the 4B model (memory per rank, torchtitan's fake process group);
-5. the exact launch command and environment of every neuron stage.
+5. the exact launch command and environment of every neuron stage that uses the device.
 
 It writes preflight.json and preflight.html into `--out` and exits non-zero when a check failed. Nothing
 here runs on Trainium, and the report says so.
@@ -229,8 +229,9 @@ def _counts(paths: dict[str, list[str]]) -> dict[str, int]:
 
 
 def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str, Any]]:
-    """The command and added environment of every torchrun launch a neuron run makes, built by the same
-    functions the stages launch with, at the paths the workflow gives them."""
+    """The command and added environment of every neuron stage that uses the device: each torchrun launch,
+    built by the same functions the stages launch with, at the paths the workflow gives them, and
+    kernel_numerics, which uses the device in the stage's own process."""
     from .ranks import rank_worker_command
     from .training import CONFIG_FUNCTIONS, CONTROL_OVERRIDES, PLAIN_RECIPE, trainer_launch
 
@@ -240,6 +241,12 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
         "command": rank_worker_command(backend, backend.ranks_per_node, results / "verify_ranks" / "ranks", python,
                                        backend.rank_log_dir(logs / "verify_ranks" / "verify_ranks.log", "ranks")),
         "env": backend.launcher_env,
+    }, {
+        # Snakemake runs the stage's script in one process on one node, which sets this environment itself
+        # (stages/kernel_numerics.py) before it loads the kernels.
+        "stage": "kernel_numerics", "launch": "stage process (no torchrun)",
+        "command": [python, str(project / "workflow" / "scripts" / "kernel_numerics.py")],
+        "env": backend.device_process_env,
     }]
     for stage in ("train_native", "train_hf", "moe_reduced"):
         kinds = [("run", (), "recipe.json")]

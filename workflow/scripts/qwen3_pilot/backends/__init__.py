@@ -11,7 +11,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, MutableMapping
 
 BACKENDS = ("cpu", "neuron")
 # The config keys a backend is built from: the rules pass only these (other edits leave the stages cached).
@@ -109,6 +109,10 @@ class Backend:
     compile_cache_vars: tuple[str, ...] = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
     # More than one node: how a launch spans them; None: torchrun --standalone on this machine.
     multi_node: MultiNode | None = None
+    # What any process that uses the device needs, the stage processes that do (kernel_numerics) as well as
+    # torchrun's ranks (launcher_env holds it too): compile caches and runtime settings, none of the
+    # launch-only parts (thread counts per rank, multi-node networking).
+    device_process_env: dict[str, str] = field(default_factory=dict)
 
     def compile_cache_env(self, folder: Path) -> dict[str, str]:
         """Every compile cache of this backend in its own subfolder of `folder`."""
@@ -157,6 +161,14 @@ def backend_module(name: str):
 
 def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
     return backend_module(config["backend"]).make_backend(config, cache_root)
+
+
+def apply_device_process_env(backend: Backend, environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
+    """For a stage's own process that uses the device, before anything touches it (the Neuron runtime reads
+    its LNC when it starts): the backend's `device_process_env`, set as torchrun's ranks get it, i.e. over
+    what this process had. Returns what was set."""
+    environ.update(backend.device_process_env)
+    return dict(backend.device_process_env)
 
 
 # Compiler caches that importing torch._dynamo (torchtitan does) would otherwise create in the system temp folder.

@@ -84,21 +84,25 @@ def compile_cache_env(cache_root: str) -> dict[str, str]:
 EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
 
 
-def launcher_env(config: dict[str, Any], cache_root: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+def device_process_env(config: dict[str, Any], cache_root: str) -> dict[str, str]:
+    """What every process that uses a NeuronCore needs, a rank or a stage's own process: the compile caches
+    and the LNC the runtime starts with."""
     lnc = str(config["neuron"]["lnc"])
+    return {
+        **compile_cache_env(cache_root),
+        # Runtimes from 2.20 read NEURON_LOGICAL_NC_CONFIG; older ones NEURON_RT_VIRTUAL_CORE_SIZE.
+        "NEURON_LOGICAL_NC_CONFIG": lnc,
+        "NEURON_RT_VIRTUAL_CORE_SIZE": lnc,
+    }
+
+
+def launcher_env(config: dict[str, Any], cache_root: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     environ = os.environ if environ is None else environ
     # More than one node: the EFA settings, except where the user set their own. NEURON_RT_ROOT_COMM_ID stays
     # unset: TorchNeuron's process group sets it to MASTER_ADDR (global rank 0's host, which the c10d
     # rendezvous chooses, not always the first node) with a free port agreed through the store.
     efa = {key: value for key, value in EFA_ENV.items() if key not in environ} if config["nodes"] > 1 else {}
-    return {
-        **cache_env(cache_root),
-        **compile_cache_env(cache_root),
-        # Runtimes from 2.20 read NEURON_LOGICAL_NC_CONFIG; older ones NEURON_RT_VIRTUAL_CORE_SIZE.
-        "NEURON_LOGICAL_NC_CONFIG": lnc,
-        "NEURON_RT_VIRTUAL_CORE_SIZE": lnc,
-        **efa,
-    }
+    return {**cache_env(cache_root), **device_process_env(config, cache_root), **efa}
 
 
 def unavailable_reason(device_paths: list[str], expected_chips: int) -> str | None:
@@ -289,6 +293,7 @@ def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
         ranks_per_node=expected_neuron_ranks(neuron),
         expected_ranks=expected_neuron_ranks(neuron) * config["nodes"],
         launcher_env=launcher_env(config, cache_root),
+        device_process_env=device_process_env(config, cache_root),
         unavailable_reason=(unavailable_reason(sorted(glob.glob(DEVICE_GLOB)), neuron["chips"])
                             or (multi_node.problem if multi_node else None)),
         multi_node=multi_node,
@@ -330,10 +335,33 @@ def import_torch_neuronx() -> None:
 
 def prepare_torchtitan() -> list[str]:
     """Imports torch_neuronx before torchtitan builds anything (torchtitan's tools.utils picks the device
-    type at import). Nothing to patch: torchtitan-neuron (release-2.33) brings its own device, process
-    group and memory handling for the neuron device."""
+    type at import), then makes the memory monitor read its peaks after a synchronize. The rest comes with
+    torchtitan-neuron (release-2.33): its device, process group and memory handling for the neuron device.
+    Returns the names of what it changed in torchtitan."""
     import_torch_neuronx()
-    return []
+    import torchtitan.components.metrics as tt_metrics
+
+    # torchtitan's DeviceMemoryMonitor reads device_module.memory_stats as it is: on neuron the device runs
+    # the queued graphs asynchronously, so the figures could miss the step's own peak. Whatever monitor the
+    # installed torchtitan builds is kept, and asked after the device has finished its work.
+    build = tt_metrics.build_device_memory_monitor
+    tt_metrics.build_device_memory_monitor = lambda: SynchronizedMemoryMonitor(build(), tt_metrics.device_module)
+    return ["memory_monitor_synchronize"]
+
+
+class SynchronizedMemoryMonitor:
+    """torchtitan's device memory monitor whose peak figures are read after `device_module.synchronize()`:
+    the device allocator's figures once every queued operation has run. Everything else is the monitor's."""
+
+    def __init__(self, monitor, device_module):
+        self.monitor, self.device_module = monitor, device_module
+
+    def get_peak_stats(self):
+        self.device_module.synchronize()
+        return self.monitor.get_peak_stats()
+
+    def __getattr__(self, name):  # device_name, device_capacity_gib, reset_peak_stats ...
+        return getattr(self.monitor, name)
 
 
 # nki-library has no kernel with the grouped experts' contract (tokens sorted by expert, w1/w3 [E, F, D],

@@ -27,6 +27,25 @@ def device_for(device_type: str, local_rank: int):
     return torch.device("cpu") if device_type == "cpu" else torch.device(device_type, local_rank)
 
 
+def known_collectives(rank: int, world: int, device) -> dict:
+    """An all_reduce of rank + 1 (sum: world x (world + 1) / 2) and an all_gather of the rank numbers in the
+    default process group, as this rank saw them, with the device the tensors lived on."""
+    import torch
+    import torch.distributed as dist
+
+    # float32 and int32: Neuron's collectives take no 64-bit types.
+    summed = torch.tensor([float(rank + 1)], dtype=torch.float32, device=device)
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    count = collective_count_dtype()
+    gathered = [torch.zeros(1, dtype=count, device=device) for _ in range(world)]
+    dist.all_gather(gathered, torch.tensor([rank], dtype=count, device=device))
+    return {
+        "device": str(summed.device),
+        "all_reduce_sum": summed.item(),
+        "all_gather": [int(t.item()) for t in gathered],
+    }
+
+
 @record  # a failing rank writes its exception to torchrun's error file; launch.py reads it
 def main() -> None:
     die_with_parent()
@@ -36,7 +55,6 @@ def main() -> None:
     parser.add_argument("--device-type", required=True)
     args = parser.parse_args()
 
-    import torch
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -44,21 +62,13 @@ def main() -> None:
     device = device_for(args.device_type, local_rank)  # also registers the neuron process group
     dist.init_process_group(backend=args.dist_backend)
     try:
-        # float32 and int32: Neuron's collectives take no 64-bit types.
-        summed = torch.tensor([float(rank + 1)], dtype=torch.float32, device=device)
-        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-        count = collective_count_dtype()
-        gathered = [torch.zeros(1, dtype=count, device=device) for _ in range(world)]
-        dist.all_gather(gathered, torch.tensor([rank], dtype=count, device=device))
         record = {
             "rank": rank,
             "world_size": dist.get_world_size(),
             "local_rank": local_rank,
-            "device": str(summed.device),
             "dist_backend": dist.get_backend(),
             "host": socket.gethostname(),
-            "all_reduce_sum": summed.item(),
-            "all_gather": [int(t.item()) for t in gathered],
+            **known_collectives(rank, world, device),
         }
         if args.device_type == "cpu":
             from ..backends.cpu import measure_peak_flops

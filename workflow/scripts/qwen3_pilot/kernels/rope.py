@@ -113,11 +113,17 @@ def register_neuron_kernel(lnc: int) -> None:
     Module name: `nkilib.core.embeddings.rope_hf.rope_hf`, the NKI Library kernel (module `nkilib`; the
     distribution that provides it is recorded by pin_env as system version `nkilib`; source:
     github.com/aws-neuron/nki-library,
-    src/nkilib_src/nkilib/core/embeddings/rope_hf.py). Assumptions not verified here: the device type
-    torch-neuronx registers is "neuron" (as backends/neuron.py says), and an `@nki.jit` kernel is launched
-    on LNC logical cores by subscripting it with the grid size (`kernel[lnc](...)`); the kernel itself
-    reads its shard id from the launch grid."""
+    src/nkilib_src/nkilib/core/embeddings/rope_hf.py). Assumption not verified here: the device type
+    torch-neuronx registers is "neuron" (as backends/neuron.py says)."""
     from nkilib.core.embeddings.rope_hf import rope_hf as nki_rope_hf
+
+    rope_hf.register_kernel("neuron")(nki_rope_kernel(nki_rope_hf, lnc))
+
+
+def nki_rope_kernel(nki_rope_hf, lnc: int) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The `rope_hf` op's implementation through the `@nki.jit` kernel `nki_rope_hf`, launched on `lnc`
+    logical cores by subscripting it with the grid size (`kernel[lnc](...)`, DESIGN.md's Neuron facts); the
+    kernel reads its shard id from the launch grid."""
 
     def rope_hf_neuron(q, k, cos, sin, backward):
         check_seq_len(q.shape[2], lnc)
@@ -131,7 +137,7 @@ def register_neuron_kernel(lnc: int) -> None:
             q_out, k_out = returned
         return q_out, k_out
 
-    rope_hf.register_kernel("neuron")(rope_hf_neuron)
+    return rope_hf_neuron
 
 
 def rope_titan_layout(

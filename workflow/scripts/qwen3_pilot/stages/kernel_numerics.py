@@ -16,15 +16,19 @@ def run(
     from pathlib import Path
 
     from ..artifacts import write_json
-    from ..backends import backend_module, make_backend
+    from ..backends import apply_device_process_env, backend_module, make_backend
     from ..summary import StageSummary, record_measured
 
     backend = backend_config["backend"]
     lnc = backend_config["neuron"]["lnc"]
+    device_backend = make_backend(backend_config, str(Path(cache_root).resolve()))
+    # This process uses the device itself, not through torchrun's ranks: it needs what they get from the
+    # launcher (on neuron the compile caches under the project and the LNC) before the kernels load the runtime.
+    apply_device_process_env(device_backend)
     installed = backend_module(backend).install_kernels(lnc)
     # config kernel_numerics, complete from the schema's defaults (config/trn2.yaml sets the neuron values),
     # on the backend's device with the kernels installed for it.
-    device = make_backend(backend_config, cache_root).device_type
+    device = device_backend.device_type
     cache_dir = str(Path(cache_root).resolve() / "torchinductor")
     config = {**settings, "lnc": lnc, "device": device, "compile": {**settings["compile"], "cache_dir": cache_dir}}
     result = kernel_numerics(config, log=log)

@@ -1,0 +1,138 @@
+"""The neuron kernel path on CPU: the rope_hf op's NKI launch against a fake `@nki.jit` kernel that computes
+with the PyTorch implementation of the same contract, and install_kernels' success branch with fake Neuron
+packages in a fresh interpreter (it registers a kernel process-wide)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from qwen3_pilot.kernels import rope as rope_kernel  # noqa: E402
+
+LNC = 2
+SEQ = 128 * LNC
+
+
+class FakeNkiKernel:
+    """An `@nki.jit` kernel as TorchNeuron launches it, `kernel[grid](q, k, q_out, k_out, cos=, sin=,
+    backward=)`: records each launch and writes the cpu implementation's result into the caller's buffers,
+    or with `returns_results` leaves them untouched and returns tensors of its own."""
+
+    def __init__(self, returns_results: bool = False):
+        self.returns_results = returns_results
+        self.launches: list[dict] = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append({"grid": grid, "args": args, "kwargs": kwargs})
+            q, k, q_out, k_out = args
+            q_ref, k_ref = rope_kernel.rope_hf(q, k, kwargs["cos"], kwargs["sin"], kwargs["backward"])
+            if self.returns_results:
+                return q_ref, k_ref
+            q_out.copy_(q_ref)
+            k_out.copy_(k_ref)
+            return None
+
+        return launch
+
+
+def rope_inputs(dtype=torch.float32, seq=SEQ, head_dim=16):
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, seq, head_dim, generator=generator).to(dtype)
+    k = torch.randn(2, 2, seq, head_dim, generator=generator).to(dtype)
+    angles = torch.rand(seq, head_dim // 2, generator=generator) * 6.3
+    # float32 and not contiguous (a transposed copy), as a table slice may arrive.
+    cos = torch.cat([angles.cos()] * 2, -1).t().contiguous().t()
+    sin = torch.cat([angles.sin()] * 2, -1).t().contiguous().t()
+    return q, k, cos, sin
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_the_nki_rope_is_launched_on_lnc_cores_into_fresh_buffers_and_matches_the_reference(backward):
+    kernel = FakeNkiKernel()
+    q, k, cos, sin = rope_inputs()
+    assert not cos.is_contiguous()
+    q_out, k_out = rope_kernel.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, backward)
+    (launch,) = kernel.launches
+    assert launch["grid"] == LNC
+    launched_q, launched_k, buffer_q, buffer_k = launch["args"]
+    assert launched_q is q and launched_k is k
+    assert buffer_q is q_out and buffer_k is k_out  # the results are the buffers the kernel wrote
+    assert buffer_q.shape == q.shape and buffer_k.shape == k.shape
+    assert set(launch["kwargs"]) == {"cos", "sin", "backward"} and launch["kwargs"]["backward"] is backward
+    q_ref, k_ref = rope_kernel.rope_hf(q, k, cos, sin, backward)
+    assert torch.equal(q_out, q_ref) and torch.equal(k_out, k_ref)
+
+
+def test_the_nki_rope_gets_cos_and_sin_in_the_dtype_of_q_and_contiguous():
+    kernel = FakeNkiKernel()
+    q, k, cos, sin = rope_inputs(torch.bfloat16)
+    q_out, k_out = rope_kernel.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, False)
+    launched = kernel.launches[0]["kwargs"]
+    for table in (launched["cos"], launched["sin"]):
+        assert table.dtype == torch.bfloat16 and table.is_contiguous()
+    # What the kernel computes from: the tables as q's dtype holds them.
+    q_ref, k_ref = rope_kernel.rope_hf(q, k, cos.bfloat16(), sin.bfloat16(), False)
+    assert torch.equal(q_out, q_ref) and torch.equal(k_out, k_ref)
+
+
+def test_the_nki_rope_returns_what_the_kernel_returns_when_it_hands_back_tensors():
+    kernel = FakeNkiKernel(returns_results=True)
+    q, k, cos, sin = rope_inputs()
+    q_out, k_out = rope_kernel.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, False)
+    _, _, buffer_q, buffer_k = kernel.launches[0]["args"]
+    assert q_out is not buffer_q and k_out is not buffer_k
+    q_ref, k_ref = rope_kernel.rope_hf(q, k, cos, sin, False)
+    assert torch.equal(q_out, q_ref) and torch.equal(k_out, k_ref)
+
+
+def test_the_nki_rope_refuses_a_seq_len_off_the_kernel_grid_before_launching():
+    kernel = FakeNkiKernel()
+    q, k, cos, sin = rope_inputs(seq=128)
+    with pytest.raises(rope_kernel.SeqLenRuleError, match=r"seq_len=128 is not a multiple of 128 x LNC = 128 x 2"):
+        rope_kernel.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, False)
+    assert kernel.launches == []
+
+
+# What the real packages do that install_kernels relies on: torch_neuronx names the PrivateUse1 device
+# "neuron" (as importing it registers the device), nkilib has the rope_hf kernel object.
+FAKE_PACKAGES = {
+    "torch_neuronx/__init__.py": "import torch\ntorch.utils.rename_privateuse1_backend('neuron')\n",
+    "nkilib/__init__.py": "",
+    "nkilib/core/__init__.py": "",
+    "nkilib/core/embeddings/__init__.py": "",
+    "nkilib/core/embeddings/rope_hf.py": (
+        "class _Kernel:\n    def __getitem__(self, grid):\n        raise RuntimeError('not launched here')\n\n"
+        "rope_hf = _Kernel()\n"
+    ),
+}
+INSTALL = """
+import json, torch
+import qwen3_pilot.kernels.rope  # defines the op, with its cpu implementation only
+from qwen3_pilot.backends.neuron import install_kernels
+registered = lambda: torch._C._dispatch_has_kernel_for_dispatch_key("qwen3_pilot::rope_hf", "PrivateUse1")
+before = registered()
+print(json.dumps({"before": before, "implementations": install_kernels(2), "after": registered()}))
+"""
+
+
+def test_install_kernels_registers_the_nki_rope_for_the_neuron_device(tmp_path):
+    for name, text in FAKE_PACKAGES.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    for key in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR"):
+        env.pop(key, None)
+    result = subprocess.run([sys.executable, "-c", INSTALL], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["before"] is False and seen["after"] is True  # PrivateUse1: the key the neuron device uses
+    assert seen["implementations"]["rope_hf"] == (
+        "NKI: nkilib.core.embeddings.rope_hf.rope_hf[2] on 2 logical core(s) per rank")
+    assert seen["implementations"]["moe_grouped_experts"].startswith("torch._grouped_mm on the neuron device")
