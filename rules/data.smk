@@ -11,6 +11,8 @@ rule fetch_corpus:
         summary="results/fetch_corpus/summary.json",
     log:
         "logs/fetch_corpus/fetch_corpus.log",
+    benchmark:
+        "benchmarks/fetch_corpus.tsv"
     conda:
         SOFTWARE_ENV
     resources:
@@ -34,6 +36,8 @@ rule fixture_checkpoint:
         summary="results/fixture_checkpoint/summary.json",
     log:
         "logs/fixture_checkpoint/fixture_checkpoint.log",
+    benchmark:
+        "benchmarks/fixture_checkpoint.tsv"
     conda:
         SOFTWARE_ENV
     resources:
@@ -58,6 +62,8 @@ rule fetch_weights:
         summary="results/fetch_weights/summary.json",
     log:
         "logs/fetch_weights/fetch_weights.log",
+    benchmark:
+        "benchmarks/fetch_weights.tsv"
     conda:
         SOFTWARE_ENV
     resources:

@@ -35,6 +35,8 @@ rule pin_env:
         summary="results/pin_env/summary.json",
     log:
         "logs/pin_env/summary.log",
+    benchmark:
+        "benchmarks/pin_env.tsv"
     conda:
         SOFTWARE_ENV
     resources:

@@ -11,6 +11,8 @@ rule verify_ranks:
         summary="results/verify_ranks/summary.json",
     log:
         "logs/verify_ranks/verify_ranks.log",
+    benchmark:
+        "benchmarks/verify_ranks.tsv"
     conda:
         SOFTWARE_ENV
     threads: ALL_CORES

@@ -48,6 +48,8 @@ rule compare_recipes:
         summary="results/compare_recipes/summary.json",
     log:
         "logs/compare_recipes/compare_recipes.log",
+    benchmark:
+        "benchmarks/compare_recipes.tsv"
     conda:
         SOFTWARE_ENV
     resources:
@@ -78,6 +80,8 @@ rule export_reload:
         summary="results/export_reload/summary.json",
     log:
         "logs/export_reload/export_reload.log",
+    benchmark:
+        "benchmarks/export_reload.tsv"
     conda:
         SOFTWARE_ENV
     resources:

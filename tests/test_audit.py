@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from qwen3_pilot.artifacts import sha256_file
-from qwen3_pilot.audit import SignoffError, main, read_signoffs, signoff, verify
+from qwen3_pilot.audit import SignoffError, main, read_signoffs, record_written_report, signoff, verify
 
 
 @pytest.fixture
@@ -26,6 +26,7 @@ def workspace(tmp_path):
             {"path": "results/stage/weights.bin", "bytes": 4, "sha256": sha256_file(artifact)}]}],
     }
     (tmp_path / "results" / "report.json").write_text(json.dumps(report))
+    record_written_report(tmp_path / "results" / "report.json")  # as the report stage does
     return tmp_path
 
 
@@ -64,23 +65,45 @@ def test_a_signoff_is_bound_to_the_report_and_an_edit_since_fails_verify(workspa
     assert not ok
     assert lines[1] == (f"  EDITED SINCE SIGN-OFF approve by A Reviewer on {record['date']}: given to report.json "
                         f"sha256 {record['report_sha256']} (html missing), which is now {sha256_file(report)} "
-                        "(html missing)")
+                        "(html missing), a report the workflow never wrote")
 
 
 def test_a_signoff_of_a_report_a_newer_run_replaced_is_listed_not_failed(workspace):
     report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
     record = signoff(report, "A Reviewer", "approve", "", signoffs)
     report.write_text(report.read_text().replace("2026-12-03T10:00:00", "2026-12-04T10:00:00"))  # a rerun
+    record_written_report(report, signoffs)
     lines, ok = verify(report, signoffs)
     assert ok and lines[1].startswith(f"  superseded: approve by A Reviewer on {record['date']}")
 
 
+def test_an_edit_dressed_as_a_newer_run_is_still_an_edit(workspace):
+    """The report's own fields (its start, its config digest) are what an editor would change too: only the
+    ledger of reports the workflow wrote tells a newer run from an edit."""
+    report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
+    record = signoff(report, "A Reviewer", "approve", "", signoffs)
+    report.write_text(report.read_text().replace("2026-12-03T10:00:00", "2026-12-04T10:00:00"))
+    lines, ok = verify(report, signoffs)
+    assert not ok and lines[1].startswith(f"  EDITED SINCE SIGN-OFF approve by A Reviewer on {record['date']}")
+    assert lines[1].endswith("a report the workflow never wrote")
+
+
+def test_only_a_report_the_workflow_wrote_can_be_approved(workspace):
+    report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
+    report.write_text(report.read_text().replace('"abc"', '"abd"'))
+    with pytest.raises(SignoffError, match=r"not a report the workflow wrote .*reports_written.jsonl\): only "
+                                           "DECISION=reject"):
+        signoff(report, "A Reviewer", "approve", "", signoffs)
+    assert signoff(report, "A Reviewer", "reject", "edited by hand", signoffs)["decision"] == "reject"
+
+
 def test_a_failed_run_or_a_changed_artifact_can_only_be_rejected(workspace):
-    report, signoffs = workspace / "results" / "report.json", workspace / "s.jsonl"
+    report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
     (workspace / "results" / "stage" / "weights.bin").write_bytes(b"changed")
     with pytest.raises(SignoffError, match=r"1 artifact\(s\) changed since their stage recorded them"):
         signoff(report, "A Reviewer", "approve", "", signoffs)
     report.write_text(report.read_text().replace('"pass"', '"fail"'))
+    record_written_report(report)  # as the failed-run report would be
     with pytest.raises(SignoffError, match="status fail \\(a failed run\\): only DECISION=reject"):
         signoff(report, "A Reviewer", "approve", "", signoffs)
     assert signoff(report, "A Reviewer", "reject", "the gate failed", signoffs)["decision"] == "reject"
@@ -117,13 +140,13 @@ def test_a_signoff_given_by_one_path_is_checked_by_another(workspace, monkeypatc
 
 
 def test_a_consumed_file_that_changed_after_its_producer_recorded_it_is_named(workspace, monkeypatch):
-    from qwen3_pilot.artifacts import CustodyError, check_custody, custody_problems
+    from qwen3_pilot.artifacts import CustodyError, check_custody, custody_problems, write_recorded_json
 
     monkeypatch.chdir(workspace)
     summary = workspace / "results" / "stage" / "summary.json"
     artifact = workspace / "results" / "stage" / "weights.bin"
-    summary.write_text(json.dumps({"stage": "fetch_weights", "artifacts": [
-        {"path": "results/stage/weights.bin", "bytes": 4, "sha256": sha256_file(artifact)}]}))
+    write_recorded_json(summary, {"stage": "fetch_weights", "artifacts": [
+        {"path": "results/stage/weights.bin", "bytes": 4, "sha256": sha256_file(artifact)}]})
     consumed = ["results/stage", "results/stage/summary.json"]  # a folder output and its producer's summary
     assert custody_problems(consumed) == []
     recorded = sha256_file(artifact)
@@ -135,3 +158,49 @@ def test_a_consumed_file_that_changed_after_its_producer_recorded_it_is_named(wo
     assert custody_problems(["results/stage"]) == []
     artifact.unlink()
     assert custody_problems(consumed)[0].endswith("the file now has missing")
+
+
+def test_a_summary_or_stamp_is_held_to_the_sha256_recorded_beside_it(workspace, monkeypatch):
+    """Files no summary lists (the summaries themselves, the pin stamps) carry their digest beside them."""
+    from qwen3_pilot.artifacts import custody_problems, write_recorded_json
+
+    monkeypatch.chdir(workspace)
+    summary = Path("results/train_hf/summary.json")
+    write_recorded_json(summary, {"stage": "train_hf", "figures": {"loss": 4.0}, "artifacts": []})
+    assert custody_problems([str(summary)]) == []
+    recorded = sha256_file(summary)
+    summary.write_text(summary.read_text().replace("4.0", "3.0"))  # a figure edited by hand
+    assert custody_problems([str(summary)]) == [
+        f"results/train_hf/summary.json: its stage recorded sha256 {recorded}, the file now has {sha256_file(summary)}"]
+    Path("results/train_hf/summary.json.sha256").unlink()
+    assert custody_problems([str(summary)]) == [
+        "results/train_hf/summary.json: no sha256 recorded beside it (results/train_hf/summary.json.sha256): rerun the "
+        "stage that writes it"]
+    # Files outside results/ (the lock file, a local corpus) are the user's: nothing recorded them.
+    Path("envs").mkdir()
+    Path("envs/cpu.lock").write_text("torch==2.14.1\n")
+    assert custody_problems(["envs/cpu.lock"]) == []
+
+
+def test_make_signoff_records_the_values_as_given_and_never_runs_them(workspace):
+    """The Makefile passes NAME, DECISION and NOTE through the environment: a note full of shell syntax is
+    recorded as written, and nothing in it runs."""
+    import subprocess
+    import sys
+
+    from conftest import PROJECT
+
+    venv = Path(sys.executable).parent.parent
+    for name in ("envs", "pyproject.toml"):  # what the venv target depends on: the venv is up to date
+        (workspace / name).symlink_to(PROJECT / name)
+    note = """it's fine"; touch pwned; echo "$(touch pwned2)` touch pwned3`"""
+    result = subprocess.run(
+        ["make", "--no-print-directory", "-f", str(PROJECT / "Makefile"), f"VENV={venv}", "signoff"],
+        cwd=workspace, capture_output=True, text=True, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "NAME": "A Reviewer", "DECISION": "approve", "NOTE": note},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "signed off: approve by A Reviewer" in result.stdout
+    (record,) = read_signoffs(workspace / "signoffs" / "signoffs.jsonl")
+    assert record["note"] == note and record["name"] == "A Reviewer"
+    assert not list(workspace.glob("pwned*"))

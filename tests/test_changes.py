@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from qwen3_pilot.audit import signoff
+from qwen3_pilot.audit import record_written_report, signoff
 from qwen3_pilot.changes import (
     BaselineError, baseline_changes, changes_since_baseline, figure_changes, find_baseline, flatten, read_plan,
     record_plan, stage_runs,
@@ -123,6 +123,7 @@ def signed(tmp_path):
     results.mkdir()
     (results / "report.json").write_text(json.dumps(report([stage("train_hf")])))
     (results / "report.html").write_text("<html></html>")
+    record_written_report(results / "report.json")  # only a report the workflow wrote can be approved
     record = signoff(results / "report.json", "Ada", "approve", "first")
     (results / "report.json").write_text(json.dumps(report([stage("train_hf", figures={"loss": 1.0})])))
     return tmp_path, record

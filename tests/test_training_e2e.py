@@ -45,7 +45,7 @@ def edit_safetensors(path, change):
 def as_fetched(ws, path):
     """Record an edited checkpoint file in fetch_weights' summary, as if the fetch had brought it: these tests
     feed the trainer a bad checkpoint, not one changed behind the fetch's back (the custody check's case)."""
-    from qwen3_pilot.artifacts import sha256_file
+    from qwen3_pilot.artifacts import sha256_file, write_recorded_json
 
     summary_path = ws / "results" / "fetch_weights" / "summary.json"
     summary = json.loads(summary_path.read_text())
@@ -53,7 +53,7 @@ def as_fetched(ws, path):
     for artifact in summary["artifacts"]:
         if artifact["path"] == relative:
             artifact["sha256"], artifact["bytes"] = sha256_file(path), path.stat().st_size
-    summary_path.write_text(json.dumps(summary))
+    write_recorded_json(summary_path, summary)
 
 
 def first_key(path, suffix):
@@ -237,11 +237,11 @@ def test_ctrl_c_stops_every_rank_and_the_plain_command_then_completes(copy_of_ru
         time.sleep(0.2)
     assert trainer_processes(copy_of_run), "no rank found while training"
     os.killpg(snakemake.pid, signal.SIGINT)
-    snakemake.communicate(timeout=120)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 10  # from the interrupt, not from Snakemake's exit
     while trainer_processes(copy_of_run) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert trainer_processes(copy_of_run) == [], "ranks outlived the interrupt by 10 s"
+    snakemake.communicate(timeout=120)
 
     # The README's own command, with no --rerun-incomplete: the workflow profile resumes the run.
     result = run_snakemake(copy_of_run, "--cores", "1", "results/report.html")
@@ -273,7 +273,8 @@ def test_a_failed_gate_leaves_a_failed_report_and_the_next_good_run_replaces_it(
     weights = copy_of_run / CHECKPOINT / "model.safetensors"
     fetched_summary = copy_of_run / "results" / "fetch_weights" / "summary.json"
     shutil.copy2(weights, tmp_path / "model.safetensors")
-    shutil.copy2(fetched_summary, tmp_path / "summary.json")
+    for name in ("summary.json", "summary.json.sha256"):  # the summary and the digest recorded beside it
+        shutil.copy2(fetched_summary.with_name(name), tmp_path / name)
     # Weights that do not carry the pretraining: small random values, like an uninformed model's.
     generator = torch.Generator().manual_seed(0)
     edit_safetensors(weights, lambda tensors: tensors.update(
@@ -293,10 +294,13 @@ def test_a_failed_gate_leaves_a_failed_report_and_the_next_good_run_replaces_it(
     for stage in ("compare_recipes", "export_reload"):
         assert stages[stage]["status"] == "not_run"
         assert stages[stage]["notes"] == ["blocked by train_native, which failed"]
-    assert "This run failed." in (copy_of_run / "results" / "report.html").read_text()
+    html = (copy_of_run / "results" / "report.html").read_text()
+    assert "This run failed." in html and "blocked by train_native, which failed" in html
+    assert "loaded-weights gate failed" in html and "min_gap" in html  # the failed figures, shown
 
     shutil.copy2(tmp_path / "model.safetensors", weights)
-    shutil.copy2(tmp_path / "summary.json", fetched_summary)
+    for name in ("summary.json", "summary.json.sha256"):
+        shutil.copy2(tmp_path / name, fetched_summary.with_name(name))
     result = run_snakemake(copy_of_run, "--cores", "2", "results/report.html")
     assert result.returncode == 0, output(result)[-3000:]
     good = json.loads((copy_of_run / "results" / "report.json").read_text())

@@ -161,7 +161,9 @@ def test_each_stage_records_when_its_work_started_and_ended(completed_run):
     import csv
     from datetime import datetime
 
-    for benchmark in sorted((completed_run / "benchmarks").glob("*.tsv")):
+    benchmarks = sorted((completed_run / "benchmarks").glob("*.tsv"))
+    assert {b.stem for b in benchmarks} == set(UPSTREAM)  # every stage, so no stage escapes the check
+    for benchmark in benchmarks:
         stage = benchmark.stem
         with open(benchmark) as handle:
             job_s = float(next(csv.DictReader(handle, delimiter="\t"))["s"])

@@ -103,25 +103,64 @@ class CustodyError(RuntimeError):
     pass
 
 
+# A file whose producer is no stage summary's artifact (the summaries themselves, the pin stamps) has its
+# sha256 recorded beside it, in `sha256sum -c` format, by the code that writes it.
+DIGEST_SUFFIX = ".sha256"
+RESULTS = "results"
+
+
+def digest_path(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + DIGEST_SUFFIX)
+
+
+def record_digest(path: Path) -> None:
+    """The finished file's sha256 beside it: what its consumers hold it to."""
+    write_text(digest_path(path), f"{sha256_file(path)}  {Path(path).name}\n")
+
+
+def write_recorded_json(path: Path, payload: Any) -> None:
+    write_json(path, payload)
+    record_digest(path)
+
+
+def recorded_digest(path: Path) -> str | None:
+    recorded = digest_path(path)
+    return recorded.read_text().split()[0] if recorded.is_file() else None
+
+
 def custody_problems(consumed: Iterable[str | Path]) -> list[str]:
     """Chain of custody: each consumed file that a producing stage recorded must still have the sha256 it
     recorded. Producers are the stage summaries among `consumed` (a job's inputs); a summary's artifacts are
-    checked where they are consumed files or lie in consumed folders. Paths are the workflow folder's."""
+    checked where they are consumed files or lie in consumed folders. Every other consumed file under
+    results/ (the summaries themselves, the pin stamps) is held to the sha256 recorded beside it, which must
+    exist. Paths are the workflow folder's."""
     # Resolved, so that a producer that recorded absolute paths is held to its record as well.
-    consumed = [Path(p).resolve() for p in consumed]
+    named = {Path(p).resolve(): str(p) for p in consumed}
+    consumed = list(named)
     summaries = [p for p in consumed if p.name == "summary.json"]
     files = [p for p in consumed if p.name != "summary.json"]
-    problems = []
+    problems, covered = [], set()
     for summary_path in summaries:
         summary = json.loads(summary_path.read_text())
         for artifact in summary.get("artifacts", []):
             path = Path(artifact["path"]).resolve()
             if not any(path == f or f in path.parents for f in files):
                 continue
+            covered.add(path)
             now = current_sha256(path)
             if now != artifact["sha256"]:
                 problems.append(f"{artifact['path']}: {summary['stage']} recorded sha256 {artifact['sha256']}, "
                                 f"the file now has {now}")
+    results = Path(RESULTS).resolve()
+    for path in consumed:
+        if path in covered or not path.is_file() or results not in path.parents:
+            continue
+        recorded, now = recorded_digest(path), current_sha256(path)
+        if recorded is None:
+            problems.append(f"{named[path]}: no sha256 recorded beside it ({digest_path(named[path])}): rerun "
+                            "the stage that writes it")
+        elif now != recorded:
+            problems.append(f"{named[path]}: its stage recorded sha256 {recorded}, the file now has {now}")
     return problems
 
 

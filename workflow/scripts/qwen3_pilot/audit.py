@@ -6,8 +6,10 @@ and a reviewer's decision recorded with the sha256 of the report.json it was mad
 
 Sign-offs live in signoffs/signoffs.jsonl, outside results/, so that `make clean` and reruns leave them;
 the report never fills them in itself (a report that held its own sign-off would change the digest the
-sign-off is bound to). `verify` fails on a signed report that was edited since (same run, other digests), and
-lists a sign-off whose report a newer run replaced (the signed report is kept beside the sign-offs).
+sign-off is bound to). Beside them, signoffs/reports_written.jsonl lists the digests of every report the
+workflow wrote: `verify` fails on a signed report that changed into one the workflow never wrote (edited), and
+lists a sign-off whose report a newer run replaced (the signed report is kept beside the sign-offs); only a
+report the workflow wrote can be approved.
 Torch-free.
 """
 
@@ -25,6 +27,9 @@ from .summary import now_iso
 
 DEFAULT_REPORT = Path("results") / "report.json"
 SIGNOFFS = Path("signoffs") / "signoffs.jsonl"
+# Next to the sign-offs: one line per report.json/report.html pair the report stage (or the failed-run report)
+# wrote. Judging an edit by the fields inside the report would trust the file under suspicion.
+REPORTS_WRITTEN = "reports_written.jsonl"
 DECISIONS = ("approve", "reject")
 
 
@@ -68,17 +73,40 @@ def _html_digest(report_path: Path) -> str:
     return current_sha256(report_path.with_suffix(".html"))
 
 
-def signoff_state(record: dict[str, Any], report_path: Path) -> str | None:
-    """None while the signed report is the one on disk; "edited" when the report the sign-off was given to
-    (same run: same start and config digest) changed since; "superseded" when a newer run replaced it."""
+def report_digests(report_path: Path) -> tuple[str, str]:
+    """(sha256 of report.json, of report.html beside it, or "missing")."""
+    return current_sha256(report_path), _html_digest(report_path)
+
+
+def record_written_report(report_path: Path, signoffs_path: Path | None = None) -> None:
+    """Called by whatever writes the report, right after writing it: its digests join the ledger of reports
+    the workflow wrote (append-only, kept by `make clean` with the sign-offs)."""
+    ledger = (signoffs_path or default_signoffs(report_path)).parent / REPORTS_WRITTEN
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    json_sha256, html_sha256 = report_digests(report_path)
+    line = {"report": report_key(report_path), "report_sha256": json_sha256, "report_html_sha256": html_sha256,
+            "written": now_iso()}
+    with open(ledger, "a") as handle:
+        handle.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def written_by_workflow(report_path: Path, signoffs_path: Path) -> bool:
+    """Whether the report on disk, both files as they are now, is one the workflow wrote."""
+    ledger = signoffs_path.parent / REPORTS_WRITTEN
+    now = (report_key(report_path), *report_digests(report_path))
+    return any((line["report"], line["report_sha256"], line["report_html_sha256"]) == now
+               for line in read_signoffs(ledger))
+
+
+def signoff_state(record: dict[str, Any], report_path: Path, signoffs_path: Path) -> str | None:
+    """None while the signed report is the one on disk; "superseded" when the workflow has written another
+    report since (a newer run, or none on disk after a clean); "edited" when the files on disk are no
+    report the workflow wrote."""
     if not report_path.is_file():
         return "superseded"
-    if (sha256_file(report_path), _html_digest(report_path)) == (record["report_sha256"], record["report_html_sha256"]):
+    if report_digests(report_path) == (record["report_sha256"], record["report_html_sha256"]):
         return None
-    provenance = json.loads(report_path.read_text()).get("provenance", {})
-    same_run = (provenance.get("started"), provenance.get("config_digest")) == (
-        record["report_started"], record["config_digest"])
-    return "edited" if same_run else "superseded"
+    return "superseded" if written_by_workflow(report_path, signoffs_path) else "edited"
 
 
 def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_path: Path | None = None) -> dict[str, Any]:
@@ -94,6 +122,9 @@ def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_pat
         raise SignoffError(f"{report_path}: no report to sign off (run the pilot first)")
     report = json.loads(report_path.read_text())
     if decision == "approve":
+        if not written_by_workflow(report_path, signoffs_path):
+            raise SignoffError(f"{report_path}: not a report the workflow wrote (its sha256 and its html's are "
+                               f"not in {signoffs_path.parent / REPORTS_WRITTEN}): only DECISION=reject")
         if report.get("failed_run") or report["status"] == "fail":
             raise SignoffError(f"{report_path}: status {report['status']} (a failed run): only DECISION=reject")
         changed = artifact_changes(report, report_path.resolve().parent.parent)
@@ -135,7 +166,7 @@ def verify(report_path: Path, signoffs_path: Path | None = None) -> tuple[list[s
         return [f"{report_path}: no report to verify"], False
     report = json.loads(report_path.read_text())
     changes = artifact_changes(report, report_path.resolve().parent.parent)
-    states = [(record, signoff_state(record, report_path)) for record in read_signoffs(signoffs_path)
+    states = [(record, signoff_state(record, report_path, signoffs_path)) for record in read_signoffs(signoffs_path)
               if record["report"] == report_key(report_path)]
     listed = sum(len(stage.get("artifacts", [])) for stage in report["stages"])
     lines = [f"{report_path}: {listed} artifacts listed, {len(changes)} changed or missing; report status "
@@ -144,9 +175,10 @@ def verify(report_path: Path, signoffs_path: Path | None = None) -> tuple[list[s
     for record, state in states:
         what = f"{record['decision']} by {record['name']} on {record['date']}"
         if state == "edited":
+            json_now, html_now = report_digests(report_path)
             lines.append(f"  EDITED SINCE SIGN-OFF {what}: given to report.json sha256 {record['report_sha256']} "
-                         f"(html {record['report_html_sha256']}), which is now {sha256_file(report_path)} "
-                         f"(html {_html_digest(report_path)})")
+                         f"(html {record['report_html_sha256']}), which is now {json_now} (html {html_now}), "
+                         "a report the workflow never wrote")
         elif state == "superseded":
             lines.append(f"  superseded: {what} was given to an earlier run's report (kept as "
                          f"{signoffs_path.parent / record['report_sha256']}.json)")

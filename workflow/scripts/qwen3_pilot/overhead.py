@@ -13,16 +13,16 @@ its own launches. A benchmark, not a test: the figures vary with the machine's l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from .launch import how_it_ended, run_torchrun
 from .training import LAUNCH_RECORD, RECIPE_ENV
 
 LIMIT_PCT = 5.0
@@ -57,10 +57,13 @@ def by_hand_wall_s(stage: str, workdir: Path, scratch: Path) -> float:
     for name, record in recorded_launches(stage, workdir).items():
         command = list(record["command"])
         command[command.index("--dump_folder") + 1] = str(scratch / name)
-        env = {**os.environ, **record["env"], RECIPE_ENV: str(recipe_path)}
-        started = time.perf_counter()
-        subprocess.run(command, cwd=workdir, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        total += time.perf_counter() - started
+        # The stages' own launcher: its ranks stopped with it, and the same process start as in the stage.
+        with contextlib.chdir(workdir):
+            launch = run_torchrun(command, {**record["env"], RECIPE_ENV: str(recipe_path)},
+                                  log_path=scratch / f"{name}.log", pid_dir=scratch / name, rank_log_dir=None)
+        if launch.returncode != 0:
+            raise RuntimeError(f"{stage} {name} by hand: {how_it_ended(launch)} (log: {scratch / f'{name}.log'})")
+        total += launch.wall_s
     return total
 
 

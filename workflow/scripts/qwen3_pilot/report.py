@@ -10,7 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .artifacts import write_json, write_text
+from .artifacts import record_digest, write_recorded_json, write_text
+from .audit import default_signoffs, record_written_report
 from .summary import now_iso
 
 # The pilot in its order, each with its title (config values filled in by `titles`): the one list of
@@ -205,8 +206,11 @@ def write_report(
     }
     report["changes"] = report_changes(report, json_path, failed_run)
     check_schema(report)
-    write_json(json_path, report)
+    write_recorded_json(json_path, report)
     write_text(html_path, render_html(report))
+    record_digest(html_path)  # the archive consumes both files
+    # Recorded as the workflow's own: `verify` tells an edited report from a newer run's by this ledger.
+    record_written_report(json_path)
     return report
 
 
@@ -227,7 +231,6 @@ def check_schema(report: dict[str, Any]) -> None:
 
 def report_changes(report: dict[str, Any], json_path: Path, failed_run: bool) -> dict[str, Any]:
     """What this invocation ran and why, and what moved since the baseline (changes.py)."""
-    from .audit import default_signoffs
     from .changes import PLAN, changes_since_baseline, read_plan
 
     return changes_since_baseline(

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .artifacts import describe_artifact, write_json
+from .artifacts import describe_artifact, write_recorded_json
 
 STATUSES = ("pass", "fail", "not_run")
 
@@ -89,7 +89,7 @@ class StageSummary:
     def write(self, path: Path) -> dict[str, Any]:
         self.ended = self.ended or now_iso()
         payload = asdict(self)
-        write_json(path, payload)
+        write_recorded_json(path, payload)
         if self.status != "fail":
             failure_path(self.stage).unlink(missing_ok=True)  # this run replaces an earlier failure
         return payload

@@ -15,7 +15,7 @@ def run_copy(*, settings: dict[str, Any], report_json: Path, record_path: Path) 
     """Checks report.json's artifacts against their recorded digests, copies the selection, and writes the copy
     record (what went where, with each file's sha256 at the source) for the read-back."""
     from ..archive import copy_run
-    from ..artifacts import write_json
+    from ..artifacts import write_recorded_json
     from ..summary import record_measured
 
     record_path.parent.mkdir(parents=True, exist_ok=True)
@@ -23,7 +23,7 @@ def run_copy(*, settings: dict[str, Any], report_json: Path, record_path: Path) 
         record = copy_run(settings, report_json, Path(scratch))
     record_measured(run_key=record["run_key"], destination=record["url"], tls=record["tls"],
                     files=len(record["files"]))
-    write_json(record_path, record)
+    write_recorded_json(record_path, record)  # the read-back holds the record to this sha256
     return record
 
 

@@ -24,9 +24,9 @@ from ..pins import (
 def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
     """Checks one pin against the version installed now and writes its stamp; a mismatch writes nothing."""
     row = check_pin(Pin(package, pinned), installed_version(package))
-    from ..artifacts import write_json
+    from ..artifacts import write_recorded_json
 
-    write_json(out, row)
+    write_recorded_json(out, row)  # the stages that consume the stamp hold it to this sha256
     return row
 
 
