@@ -1,5 +1,6 @@
 """The benchmark's arithmetic on recorded metric lines: warm-up excluded, percentiles, the noisy flag, MFU,
-cost, and the config error when cost is asked for without a price."""
+cost; the stage on recorded runs (its notes, cost and peak); and how its figures compare with a baseline's
+(timings apart from settings and runs)."""
 
 from __future__ import annotations
 
@@ -73,19 +74,32 @@ def test_mfu_against_the_backends_peak():
         mfu_pct(1.0, 0.0)
 
 
-def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster(tmp_path, monkeypatch):
-    """The stage's orchestration with the trainer launches replaced by recorded metric lines: which runs each
-    recipe gets, a compile cache per measurement (the warm one a copy of what the cold run left), the
-    comparisons, cost at a given price, and a note when the warm cache did not reach step 1 first."""
+# Time to the end of step 1 of each run of the recorded stage: the warm-cache compiled run not faster.
+STEP1 = {"eager": 9.0, "plain": 8.0, "compiled_cold": 30.0, "compiled_warm": 31.0}
+SETTINGS = {"recipes": ["train_native", "moe_reduced"], "compile_recipes": ["train_native"], "warmup_steps": 2,
+            "measured_steps": 3, "noisy_cv": 0.1, "cost": True, "price_per_hour": 36.0}
+ROPE = {"kernel": "rope_hf", "layers": "*", "module": "attention.rope"}
+
+
+def recorded_times(recipe, variant, settings):
+    """Each step's time of one run: step 1 (logged STEP1 s after the launch: 1 s of startup before it),
+    0.5 s, then 0.2 s steps."""
+    steps = settings["warmup_steps"] + settings["measured_steps"]
+    return [STEP1[variant] - 1.0, 0.5] + [0.2] * (steps - 2)
+
+
+def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, settings=SETTINGS):
+    """The stage with its trainer launches replaced by recorded metric lines, each run's step times from
+    `times(recipe, variant, settings)`: (its summary, what each launch was given)."""
     from qwen3_pilot.backends import make_backend
     from qwen3_pilot.launch import Launch
     from qwen3_pilot.stages import benchmark as stage
 
-    backend = make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
+    folder.mkdir(parents=True, exist_ok=True)
+    backend = make_backend(backend_config("cpu", 2), str(folder / "cache"))
     monkeypatch.setattr(stage, "usable_backend", lambda *args: backend)
     monkeypatch.setattr(stage, "ranks_peak_flops", lambda path: 1e10)
     monkeypatch.setattr(stage, "read_checkpoint_values", lambda path: {"vocab_size": 256})
-    step1 = {"eager": 9.0, "plain": 8.0, "compiled_cold": 30.0, "compiled_warm": 31.0}  # warm not faster
     launched = {}
 
     def fake_launch(what, backend, *, run_dir, extra_env, launch_name, overrides, recipe_path, **kwargs):
@@ -97,18 +111,14 @@ def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster
         if variant == "compiled_warm":  # the cold run's cache, copied
             assert (Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]) / "graph").read_text() == "compiled"
         run_dir.mkdir(parents=True)
-        times = [step1[variant] - 1.0, 0.5, 0.2, 0.2, 0.2]
         clock, lines = 1000.0, []
-        for step, seconds in enumerate(times, start=1):
+        for step, seconds in enumerate(times(run_dir.parent.name, variant, settings), start=1):
             clock += seconds + (1.0 if step == 1 else 0.0)
-            lines.append(record(step, seconds) | {"logged_at": clock})
+            lines.append(record(step, seconds, memory_gib) | {"logged_at": clock})
         (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
         return Launch([], {}, 0, clock - 1000.0, started_at=1000.0), read_steps(run_dir / "metrics.jsonl")
 
     monkeypatch.setattr(stage, "launch_and_read", fake_launch)
-    settings = {"recipes": ["train_native", "moe_reduced"], "compile_recipes": ["train_native"], "warmup_steps": 2,
-                "measured_steps": 3, "noisy_cv": 0.1, "cost": True, "price_per_hour": 36.0}
-    rope = {"kernel": "rope_hf", "layers": "*", "module": "attention.rope"}
     moe = {"layers": 1, "experts": 2, "top_k": 1, "rope_theta": 1e6,
            "width": {"dim": 8, "n_heads": 2, "n_kv_heads": 1, "head_dim": 4, "moe_hidden_dim": 8}}
     training = {"steps": 10, "seq_len": 256, "local_batch_size": 1, "global_batch_size": 2, "seed": 0, "lr": 1e-3,
@@ -116,22 +126,125 @@ def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster
                 "attention": "sdpa", "accepted_differences": {}}
     summary = stage.run(
         backend_config={"backend": "cpu", "ranks": 2, "neuron": {"lnc": 2}}, dataset="c4_test", training=training,
-        moe=moe, kernels={"train_native": [], "moe_reduced": [rope]}, settings=settings, cache_root=str(tmp_path),
-        checkpoint_dir=tmp_path, corpus_dir=tmp_path, ranks_summary=tmp_path, out_dir=tmp_path / "runs",
-        summary_path=tmp_path / "summary.json", log_path=tmp_path / "log",
+        moe=moe, kernels={"train_native": [], "moe_reduced": [ROPE]}, settings=settings, cache_root=str(folder),
+        checkpoint_dir=folder, corpus_dir=folder, ranks_summary=folder, out_dir=folder / "runs",
+        summary_path=folder / "summary.json", log_path=folder / "log",
     )
+    return summary, launched
+
+
+def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster(tmp_path, monkeypatch):
+    """Which runs each recipe gets, a compile cache per measurement (the warm one a copy of what the cold run
+    left), the comparisons, the peak MFU is measured against, cost at a given price (a million tokens, and
+    the warm-up at its measured length), and a note when the warm cache did not reach step 1 first."""
+    summary, launched = run_stage(tmp_path, monkeypatch)
     assert set(launched) == {"train_native-eager", "train_native-compiled_cold", "train_native-compiled_warm",
                              "moe_reduced-eager", "moe_reduced-plain"}
     assert launched["train_native-compiled_cold"]["overrides"][-3:] == ("--compile.enable", "--compile.backend", "inductor")
     assert launched["train_native-eager"]["env"] == {} and launched["train_native-eager"]["recipe"]["steps"] == 5
-    assert launched["moe_reduced-plain"]["recipe"]["replacements"] == [] and launched["moe_reduced-eager"]["recipe"]["replacements"] == [rope]
+    assert launched["moe_reduced-plain"]["recipe"]["replacements"] == []
+    assert launched["moe_reduced-eager"]["recipe"]["replacements"] == [ROPE]
     figures = summary["figures"]
     [compiled] = figures["compile"]
     assert compiled["time_to_step1_s_cold"] == pytest.approx(30.0) and not compiled["warm_below_cold"]
     assert any(note.startswith("COMPILE CACHE: train_native: the warm-cache compiled run reached step 1 in 31.0 s, "
                                "not below the cold one's 30.0 s") for note in summary["notes"])
+    assert not any(note.startswith("NOISY") for note in summary["notes"])  # steady steps of 0.2 s each
     assert [row["recipe"] for row in figures["kernels"]] == ["moe_reduced"]
-    cost_rows = {row["recipe"]: row for row in figures["cost"]}
+    # cpu: MFU is against verify_ranks' measured matmul peak, and the summary says so.
+    assert figures["peak_flops_per_rank"] == 1e10 and figures["peak_flops_source"].startswith("measured: ")
     eager = next(r for r in figures["table"] if (r["recipe"], r["run"]) == ("train_native", "eager"))
+    assert eager["mfu_pct"] == pytest.approx(100 * 0.01e12 / 1e10)  # 0.01 TFLOPS per steady step against 1e10
+    cost_rows = {row["recipe"]: row for row in figures["cost"]}
     assert cost_rows["train_native"]["per_million_tokens"] == pytest.approx(0.01 / eager["tokens_per_s_per_instance"] * 1e6)
+    # The warm-up ends when step 2 is logged: 8 s step 1 + 1 s before it + 0.5 s step 2 = 9.5 s after the
+    # launch, at 36 $/h (0.01 $/s) 0.095 $.
+    assert eager["warmup_phase_s"] == pytest.approx(9.5)
+    assert cost_rows["train_native"]["warmup"] == pytest.approx(36.0 / 3600 * 9.5)
     assert len(figures["step_times"]) == 5 * 5
+
+
+def test_a_run_whose_steady_steps_vary_is_noted_noisy(tmp_path, monkeypatch):
+    """Steady steps of 0.2, 0.4 and 0.2 s: a coefficient of variation of 0.354, above noisy_cv = 0.1."""
+    def times(recipe, variant, settings):
+        usual = recorded_times(recipe, variant, settings)
+        return usual[:2] + [0.2, 0.4, 0.2] if (recipe, variant) == ("moe_reduced", "plain") else usual
+
+    summary, _ = run_stage(tmp_path, monkeypatch, times=times)
+    noisy = [note for note in summary["notes"] if note.startswith("NOISY")]
+    assert noisy == ["NOISY: moe_reduced (plain): steady step time varies by 35% (coefficient of variation above "
+                     "benchmark.noisy_cv = 0.1)"]
+    plain = next(r for r in summary["figures"]["table"] if (r["recipe"], r["run"]) == ("moe_reduced", "plain"))
+    assert plain["noisy"] and plain["cv"] == pytest.approx(0.3536, abs=1e-4)
+
+
+# ---- the benchmark against a baseline (changes.py): timings apart, settings and runs compared ----
+
+
+def as_report(summary):
+    return {"stages": [summary], "environment": {}, "config": {}, "provenance": {}}
+
+
+def benchmark_changes(baseline, now):
+    from qwen3_pilot.changes import baseline_changes, headline
+
+    changes = baseline_changes(as_report(now), as_report(baseline))
+    return changes["stages"]["benchmark"], headline({"recorded": True, "ran": ["benchmark"], "reused": []}, changes)
+
+
+def unclassified(summary):
+    """The names of the compared figures of a benchmark summary that changes.FIGURE_KINDS does not name."""
+    from qwen3_pilot.changes import FIGURE_KINDS, compared, figure_name, flatten
+
+    names = {figure_name(path) for path in flatten(compared("benchmark", summary["figures"]))}
+    return names - set(FIGURE_KINDS["benchmark"])
+
+
+def test_every_figure_the_benchmark_records_is_classified_for_the_comparison(tmp_path, monkeypatch):
+    """A figure the stage starts recording must be named timing or stable in changes.FIGURE_KINDS: its name
+    alone (a `cv`, a cost `warmup`) need not say that it moves on every rerun. With and without the compile
+    recipes and the cost, whose sentences stand in for their tables."""
+    full, _ = run_stage(tmp_path / "full", monkeypatch)
+    bare, _ = run_stage(tmp_path / "bare", monkeypatch, settings={**SETTINGS, "cost": False, "compile_recipes": []})
+    assert isinstance(bare["figures"]["compile"], str) and isinstance(bare["figures"]["cost"], str)
+    assert unclassified(full) == set() and unclassified(bare) == set()
+
+
+def test_a_rerun_that_differs_only_in_timings_moves_no_figure(tmp_path, monkeypatch):
+    """Every step slower (compiled ones 20%, the others 10%; a noisy steady phase in one run) and more
+    memory: the timing figures move, the headline says no figure moved apart from timings, and the per-step
+    times are not compared."""
+    baseline, _ = run_stage(tmp_path / "before", monkeypatch)
+
+    def slower(recipe, variant, settings):
+        factor = 1.2 if variant.startswith("compiled") else 1.1
+        usual = [factor * t for t in recorded_times(recipe, variant, settings)]
+        return usual[:2] + [0.2, 0.4, 0.2] if (recipe, variant) == ("moe_reduced", "eager") else usual
+
+    now, _ = run_stage(tmp_path / "now", monkeypatch, times=slower, memory_gib=0.7)
+    moved, said = benchmark_changes(baseline, now)
+    assert moved["figures_moved"] == []
+    timing = {change["figure"] for change in moved["timing_figures_moved"]}
+    assert {"table[recipe=moe_reduced,run=eager].cv", "table[recipe=moe_reduced,run=eager].noisy",
+            "table[recipe=train_native,run=eager].tokens_per_s_per_rank",
+            "table[recipe=moe_reduced,run=eager].peak_memory_gib_per_rank", "cost[recipe=moe_reduced].warmup",
+            "cost[recipe=train_native].per_million_tokens", "compile[recipe=train_native].steady_gain_relative",
+            "kernels[recipe=moe_reduced].step_time_relative",
+            "kernels[recipe=moe_reduced].peak_memory_gib_plain"} <= timing
+    assert not any(path.startswith("step_times") for path in timing)
+    assert said == "benchmark reran; nothing reused; no figure moved apart from timings; timings moved in benchmark."
+
+
+def test_a_changed_setting_or_list_of_runs_moves_figures(tmp_path, monkeypatch):
+    """Three warm-up steps instead of two, and moe_reduced no longer benchmarked: the setting and every
+    figure of the dropped runs move, not only as timings."""
+    baseline, _ = run_stage(tmp_path / "before", monkeypatch)
+    settings = {**SETTINGS, "warmup_steps": 3, "measured_steps": 2, "recipes": ["train_native"]}
+    now, _ = run_stage(tmp_path / "now", monkeypatch, settings=settings)
+    moved, said = benchmark_changes(baseline, now)
+    figures = {change["figure"]: change for change in moved["figures_moved"]}
+    assert figures["warmup_steps"]["before"] == 2 and figures["warmup_steps"]["now"] == 3
+    assert figures["table[recipe=train_native,run=eager].steady_steps"]["now"] == 2
+    assert figures["table[recipe=moe_reduced,run=plain].median_step_s"]["now"] == "(absent)"
+    assert figures["kernels[recipe=moe_reduced].step_time_relative"]["now"] == "(absent)"
+    assert said.startswith(f"benchmark reran; nothing reused; figures moved in benchmark ({len(figures)})")

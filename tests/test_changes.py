@@ -85,6 +85,30 @@ def test_records_in_lists_are_named_by_their_keys_and_number_changes_are_measure
                                                     "numerics[section=rope,op=fwd,dtype=bfloat16].max_abs_diff"}
 
 
+def test_a_stage_with_a_table_of_figure_kinds_is_read_from_it_and_the_others_by_name():
+    """The benchmark's `cv`, `noisy` and cost `warmup` carry no unit in their names: its table says they are
+    timings. Another stage's figures are read by name. Its raw per-step times are not compared at all, and a
+    figure present on one side only (a run dropped) moves whatever its kind."""
+    from qwen3_pilot.changes import STABLE, TIMING, figure_kind, figure_name
+
+    assert figure_name("numerics[section=rope,shape=[2, 256]].max_abs_diff") == "numerics.max_abs_diff"
+    assert figure_kind("benchmark", "table[recipe=moe_reduced,run=eager].cv") == TIMING
+    assert figure_kind("benchmark", "cost[recipe=moe_reduced].warmup") == TIMING
+    assert figure_kind("benchmark", "table[recipe=moe_reduced,run=eager].steady_steps") == STABLE
+    assert figure_kind("benchmark", "warmup_steps") == STABLE
+    assert figure_kind("train_hf", "mean_step_time_s_after_step_1") == TIMING
+    assert figure_kind("train_hf", "cv") == STABLE
+    row = {"recipe": "moe_reduced", "run": "eager", "cv": 0.01, "noisy": False, "steady_steps": 3}
+    before = {"table": [row, {**row, "run": "plain"}], "warmup_steps": 2,
+              "step_times": [{"recipe": "moe_reduced", "run": "eager", "step": 1, "step_time_s": 9.0}]}
+    now = {"table": [{**row, "cv": 0.5, "noisy": True}], "warmup_steps": 2,
+           "step_times": [{"recipe": "moe_reduced", "run": "eager", "step": 1, "step_time_s": 7.0}]}
+    moved = {c["figure"]: c["volatile"] for c in figure_changes(before, now, "benchmark")}
+    eager, plain = "table[recipe=moe_reduced,run=eager]", "table[recipe=moe_reduced,run=plain]"
+    assert moved == {f"{eager}.cv": True, f"{eager}.noisy": True,
+                     f"{plain}.cv": False, f"{plain}.noisy": False, f"{plain}.steady_steps": False}
+
+
 def test_a_transformers_bump_shows_the_moved_figures_environment_and_artifacts():
     baseline = report([stage("train_hf", figures={"final_loss": 4.98, "mean_step_time_s_after_step_1": 0.11},
                              artifacts=[("results/train_hf/export/model.safetensors", "a" * 64)]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -231,3 +232,39 @@ def test_the_environment_section_shows_the_lock_digest_platform_and_whether_the_
         "environment": environment, "system": {}})
     build(tmp_path, {"pin_env": unlocked})
     assert "No hash lock for this backend" in (tmp_path / "report.html").read_text()
+
+
+def headed_runs(section):
+    """(recipe, its runs) per heading of the page's benchmark section, from the runs table under it."""
+    found = []
+    for recipe, table in re.findall(r'<h4 class="recipe">(.*?)</h4>\s*(<table><caption>table</caption>.*?</table>)',
+                                    section, re.S):
+        columns = re.findall(r"<th>(.*?)</th>", table)
+        rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(<td>.*?)</tr>", table, re.S)]
+        assert "recipe" not in columns  # the heading names it
+        found.append((recipe, [row[columns.index("run")] for row in rows]))
+    return found
+
+
+def test_the_benchmark_shows_one_headed_table_per_recipe_and_leaves_the_step_times_to_its_plot(tmp_path):
+    """Each recipe under its own heading with its runs as rows (and its cost row), the recipe column gone;
+    the per-step times drawn, not tabled, and kept in report.json; every value escaped."""
+    rows = [{"recipe": recipe, "run": run, "median_step_s": 0.2, "noisy": False}
+            for recipe, runs in (("train_native", ("eager", "compiled_cold")), ("moe_reduced", ("eager", "plain")))
+            for run in runs]
+    rows[-1]["noisy"] = "<b>loud</b>"
+    step_times = [{"recipe": row["recipe"], "run": row["run"], "step": step, "phase": "steady", "step_time_s": 0.2}
+                  for row in rows for step in (1, 2, 3)]
+    figures = {"table": rows, "step_times": step_times, "warmup_steps": 1, "compile": "no compile recipe",
+               "cost": [{"recipe": "moe_reduced", "per_million_tokens": 1.5}]}
+    report = build(tmp_path, {"benchmark": write_summary(tmp_path, "benchmark", figures=figures)})
+    html = (tmp_path / "report.html").read_text()
+    section = html[html.index('<section id="benchmark">'):]
+    section = section[:section.index("</section>")]
+    assert headed_runs(section) == [("train_native", ["eager", "compiled_cold"]), ("moe_reduced", ["eager", "plain"])]
+    assert section.count("<caption>cost</caption>") == 1 and "no compile recipe" in section
+    assert "&lt;b&gt;loud&lt;/b&gt;" in section and "<b>loud</b>" not in section
+    assert "step_times: drawn in the plot above" in section and "<th>step_times</th>" not in section
+    assert "<th>phase</th>" not in section  # no table of the per-step rows
+    benchmark = next(stage for stage in report["stages"] if stage["stage"] == "benchmark")
+    assert benchmark["figures"]["step_times"] == step_times

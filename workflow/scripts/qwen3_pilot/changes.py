@@ -22,9 +22,45 @@ from .report import stage_of_job
 # removed when it ends, so that a report never takes an earlier invocation's plan for its own.
 PLAN = Path("results") / "invocation.json"
 
-# Figures that measure time or speed (or derive from them) vary between two runs of the same software; they
-# are listed apart so that a moved loss or count is not lost among them.
-VOLATILE = re.compile(r"(_s|seconds|mfu_pct|tflops|flops_per_rank)(_|$)")
+# Figures measured from the clock, throughput or memory, and those derived from them, move on every rerun of
+# the same software: they are timing figures, listed apart so that a moved loss or count is not lost among
+# them; the rest are stable (the same software and config give the same value).
+TIMING, STABLE = "timing", "stable"
+
+# A stage without a table below: a figure whose name carries a unit of time or speed is timing.
+TIMING_BY_NAME = re.compile(r"(_s|seconds|mfu_pct|tflops|flops_per_rank)(_|$)")
+
+# A stage whose figures' names do not all say what they measure (a spread `cv`, a `noisy` flag, a cost
+# `warmup`) names each figure's kind, by its name without record labels (figure_name: the path
+# `table[recipe=moe_reduced,run=eager].cv` is named `table.cv`). A test checks that every figure the stage
+# records is in its table.
+FIGURE_KINDS: dict[str, dict[str, str]] = {
+    "benchmark": {
+        # Settings and counts: what was measured, not how fast.
+        **dict.fromkeys(("warmup_steps", "measured_steps", "ranks", "compile_backend", "peak_flops_source",
+                         "table.steady_steps", "cost.price_per_hour"), STABLE),
+        # The sentences written instead of a table when no recipe compiles, replaces kernels or has a price.
+        **dict.fromkeys(("compile", "kernels", "cost"), STABLE),
+        # cpu: the slowest rank's matmul throughput, measured in verify_ranks (neuron: a published constant).
+        "peak_flops_per_rank": TIMING,
+        **dict.fromkeys(("table." + column for column in (
+            "time_to_step1_s", "warmup_steps_s", "warmup_phase_s", "median_step_s", "p10_s", "p90_s", "cv",
+            "noisy", "tokens_per_s_per_rank", "tokens_per_s_per_instance", "tflops_per_rank", "mfu_pct",
+            "peak_memory_gib_per_rank", "data_wait_pct", "launch_wall_s")), TIMING),
+        **dict.fromkeys(("compile." + column for column in (
+            "compile_cost_at_step1_s", "cache_saving_at_step1_s", "warm_below_cold", "steady_gain_per_step_s",
+            "steady_gain_relative", "time_to_step1_s_cold", "time_to_step1_s_warm")), TIMING),
+        **dict.fromkeys(("kernels." + column for column in (
+            "median_step_s_replaced", "median_step_s_plain", "step_time_relative", "peak_memory_gib_replaced",
+            "peak_memory_gib_plain")), TIMING),
+        # At a fixed price, the cost of a million tokens and of the warm-up are throughput and time.
+        **dict.fromkeys(("cost.per_million_tokens", "cost.warmup"), TIMING),
+    },
+}
+
+# Figures left out of the comparison: the raw per-step times (runs x steps rows) would bury the rest, and
+# the table's statistics of them (median, p10, p90, cv, warm-up steps) are compared.
+NOT_COMPARED: dict[str, tuple[str, ...]] = {"benchmark": ("step_times",)}
 
 # What names a record inside a list of records (a step, a numerics row, a parity field): the path of
 # `steps[3].loss` reads `steps[step=4].loss`, which stays the same when a list gains or loses rows.
@@ -113,17 +149,40 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def figure_changes(before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
+# A record label, one level of brackets inside it allowed (`shape=[2, 256]`).
+RECORD_LABEL = re.compile(r"\[(?:[^\[\]]|\[[^\]]*\])*\]")
+
+
+def figure_name(path: str) -> str:
+    """A figure's path without its record labels: the name of that column in every record."""
+    return RECORD_LABEL.sub("", path)
+
+
+def figure_kind(stage: str | None, path: str) -> str:
+    """TIMING or STABLE: from the stage's table (FIGURE_KINDS) where it names the figure, else by its name."""
+    kind = FIGURE_KINDS.get(stage or "", {}).get(figure_name(path))
+    if kind is not None:
+        return kind
+    return TIMING if any(TIMING_BY_NAME.search(part) for part in re.split(r"[.\[\]]", path)) else STABLE
+
+
+def compared(stage: str | None, figures: dict[str, Any]) -> dict[str, Any]:
+    """The figures a comparison reads: all but the stage's NOT_COMPARED ones."""
+    return {key: value for key, value in figures.items() if key not in NOT_COMPARED.get(stage or "", ())}
+
+
+def figure_changes(before: dict[str, Any], now: dict[str, Any], stage: str | None = None) -> list[dict[str, Any]]:
     """Every figure that differs: numbers with their change and relative change, other values as they were
-    and are; added and removed figures too. Largest relative change first."""
-    old, new = flatten(before), flatten(now)
+    and are; added and removed figures too. Largest relative change first. A figure present on one side only
+    is never a timing: the set of things measured changed (a run added, a recipe dropped)."""
+    old, new = flatten(compared(stage, before)), flatten(compared(stage, now))
     changes = []
     for path in sorted(old.keys() | new.keys()):
         a, b = old.get(path, "(absent)"), new.get(path, "(absent)")
         if a == b or (_is_number(a) and _is_number(b) and math.isnan(a) and math.isnan(b)):
             continue
-        change: dict[str, Any] = {"figure": path, "before": a, "now": b,
-                                  "volatile": any(VOLATILE.search(part) for part in re.split(r"[.\[\]]", path))}
+        timing = path in old and path in new and figure_kind(stage, path) == TIMING
+        change: dict[str, Any] = {"figure": path, "before": a, "now": b, "volatile": timing}
         if _is_number(a) and _is_number(b):
             change["change"] = b - a
             change["relative"] = (b - a) / abs(a) if a else None
@@ -151,7 +210,7 @@ def baseline_changes(report: dict[str, Any], baseline: dict[str, Any]) -> dict[s
     stages = {}
     for stage in report["stages"]:
         old = before.get(stage["stage"], {"status": "(absent)", "figures": {}, "artifacts": []})
-        moved = figure_changes(old["figures"], stage["figures"])
+        moved = figure_changes(old["figures"], stage["figures"], stage["stage"])
         old_digests = {a["path"]: a["sha256"] for a in old.get("artifacts", [])}
         changed = [a["path"] for a in stage.get("artifacts", []) if old_digests.get(a["path"]) != a["sha256"]]
         stages[stage["stage"]] = {

@@ -169,6 +169,11 @@ def benchmark_png(stages: list[dict[str, Any]]) -> str | None:
     return _png(figure)
 
 
+# Figures a plot draws in full, by the stage (and the plot's place in the report): the page shows the plot
+# instead of tabling them; report.json keeps them.
+DRAWN_IN_FULL: dict[str, tuple[str, ...]] = {"benchmark": ("step_times",)}
+
+
 def report_plots(stages: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """The plots this run has data for, by where the report shows them: "overview" (the loss curves) or the
     stage whose figures they draw; each with its alt text."""

@@ -239,6 +239,40 @@ def report_changes(report: dict[str, Any], json_path: Path, failed_run: bool) ->
     )
 
 
+# A stage's figures that are lists of records naming a recipe, shown on the page as one table per recipe
+# (under a heading naming it) rather than one table with a recipe column.
+PER_RECIPE: dict[str, tuple[str, ...]] = {"benchmark": ("table", "compile", "kernels", "cost")}
+
+
+def is_records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(row, dict) for row in value)
+
+
+def by_recipe(figures: dict[str, Any], keys: list[str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The records of `keys` by recipe and then figure, each row without its recipe and its run first (it
+    names the row; summaries are written with their keys sorted)."""
+    grouped: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for key in keys:
+        for row in figures[key]:
+            rest = sorted(((column, value) for column, value in row.items() if column != "recipe"),
+                          key=lambda item: item[0] != "run")
+            grouped.setdefault(row["recipe"], {}).setdefault(key, []).append(dict(rest))
+    return grouped
+
+
+def page_figures(stage: dict[str, Any], plotted: bool) -> dict[str, Any]:
+    """A stage's figures as the page shows them: `per_recipe`, its PER_RECIPE records by recipe; `drawn`,
+    the figures left to its plot (plots.DRAWN_IN_FULL) when it has one; `figures`, the rest as they are."""
+    from .plots import DRAWN_IN_FULL
+
+    figures = stage["figures"]
+    drawn = [key for key in DRAWN_IN_FULL.get(stage["stage"], ()) if plotted and key in figures]
+    grouped = [key for key in PER_RECIPE.get(stage["stage"], ())
+               if is_records(figures.get(key)) and all("recipe" in row for row in figures[key])]
+    return {"figures": {key: value for key, value in figures.items() if key not in drawn + grouped},
+            "per_recipe": by_recipe(figures, grouped), "drawn": drawn}
+
+
 def environment():
     """The templates' jinja2 environment: autoescaped, strict, with the filters the templates use."""
     import jinja2
@@ -250,7 +284,8 @@ def environment():
     )
     env.filters["compact"] = lambda value: value if isinstance(value, str) else json.dumps(value, default=str)
     # A figure that is a list of records (a parity table, per-step metrics) is shown as a table.
-    env.tests["records"] = lambda value: isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    env.tests["records"] = is_records
+    env.globals["page_figures"] = page_figures
     return env
 
 
