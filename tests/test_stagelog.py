@@ -31,3 +31,36 @@ def test_a_job_that_succeeds_leaves_only_its_log(tmp_path, monkeypatch):
     with stage_log(log_path) as log:
         log.info("done")
     assert [p.name for p in tmp_path.iterdir()] == ["ok.log"]
+
+
+ENDING_STAGE = """
+import atexit, sys
+from pathlib import Path
+from qwen3_pilot.stagelog import stage_log
+
+atexit.register(lambda: Path("exit_handler_ran").write_text("yes"))
+with stage_log("logs/stage.log", end_process=True) as log:
+    log.info("the work")
+    print("unflushed output of the stage", end="")
+sys.stderr.write("after the stage\\n")  # never reached: the process ended with the stage
+"""
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_stage_process_ends_with_its_work_and_a_failure_still_fails(tmp_path, fails):
+    """A stage script's process exits right after a successful stage (exit handlers run, output flushed);
+    a failed stage raises as before, so Snakemake sees the failure."""
+    import subprocess
+    import sys
+
+    script = ENDING_STAGE.replace('log.info("the work")', 'raise ValueError("the check failed")' if fails else
+                                  'log.info("the work")')
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (result.returncode != 0) is fails, result.stderr
+    assert "after the stage" not in result.stderr
+    assert (tmp_path / "exit_handler_ran").read_text() == "yes"
+    log = (tmp_path / "logs" / "stage.log").read_text()
+    if fails:
+        assert "ValueError: the check failed" in result.stderr and "the check failed" in log
+    else:
+        assert "the work" in log and "unflushed output of the stage" in log

@@ -4,7 +4,7 @@ from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.stages.export_reload import run
 from qwen3_pilot.training import export_dir
 
-with stage_log(snakemake.log[0], consumes=snakemake.input):
+with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
     run(
         exports={recipe: export_dir(Path(snakemake.input[recipe]), snakemake.params.steps) for recipe in ("hf", "native")},
         checkpoint_dir=Path(snakemake.input.checkpoint),

@@ -3,7 +3,7 @@ from pathlib import Path
 from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.stages.fixture_checkpoint import run
 
-with stage_log(snakemake.log[0], consumes=snakemake.input):
+with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
     run(
         corpus_dir=Path(snakemake.input.corpus),
         fixture=snakemake.params.fixture,

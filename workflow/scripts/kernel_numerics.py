@@ -1,6 +1,6 @@
 from qwen3_pilot.stagelog import stage_log
 
-with stage_log(snakemake.log[0], consumes=snakemake.input) as log:
+with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True) as log:
     # Imported inside the log: the stage fixes inductor's cache folder before torch._dynamo is imported.
     from qwen3_pilot.stages.kernel_numerics import run
 

@@ -3,7 +3,7 @@ from pathlib import Path
 from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.stages.pin_env import run
 
-with stage_log(snakemake.log[0], consumes=snakemake.input):
+with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
     run(
         stamps=list(snakemake.input.stamps),
         backend=snakemake.params.backend,

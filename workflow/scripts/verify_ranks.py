@@ -3,7 +3,7 @@ from pathlib import Path
 from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.stages.verify_ranks import run
 
-with stage_log(snakemake.log[0], consumes=snakemake.input):
+with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
     run(
         backend_config=snakemake.params.backend,
         plan=snakemake.params.plan,
