@@ -37,6 +37,24 @@ def test_cpu_backend_uses_gloo_and_the_configured_ranks(tmp_path):
     assert int(backend.launcher_env["OMP_NUM_THREADS"]) >= 1
 
 
+def test_a_cpu_rank_runs_its_share_of_the_cores_whatever_snakemake_set(tmp_path):
+    """Snakemake gives a job's processes OMP/MKL/OPENBLAS... = the job's threads; each rank must still run
+    cores / ranks threads, or the ranks oversubscribe the machine."""
+    import os
+    import subprocess
+    import sys
+
+    from qwen3_pilot.backends.cpu import threads_per_rank
+
+    backend = make_backend(config("cpu", 2), str(tmp_path))
+    job_env = {**os.environ, **dict.fromkeys(("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                               "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"),
+                                              "8")}
+    result = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                            env={**job_env, **backend.launcher_env}, capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == str(threads_per_rank(2)), result.stderr
+
+
 def test_caches_stay_under_the_project(tmp_path):
     env = cache_env(str(tmp_path))
     for key in ("HF_HOME", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR", "TRITON_CACHE_DIR"):
