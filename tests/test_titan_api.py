@@ -4,6 +4,7 @@ torchtitan without one of them is refused with the name, why the project needs i
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 import types
@@ -54,6 +55,15 @@ def test_the_entry_list_covers_what_the_recipes_set():
             "last_save_model_only", "export_dtype"} <= fields_of("CheckpointManager.Config")
     assert "model_spec" in fields_of("Trainer.Config")
     assert any(e.name == "model_registry" and "converters" in e.parameters for e in TORCHTITAN_API)
+
+
+def test_every_entry_says_since_when_upstream_has_it():
+    """No entry keeps a vague `since`: each names the date, commit and pull request from which upstream main has
+    the name, and a name upstream dropped also names the date and commit that removed it."""
+    dated = re.compile(r"upstream (has it since|had it from) \d{4}-\d{2}-\d{2} \([0-9a-f]{9}, #\d+[;)]")
+    removed = re.compile(r"until \d{4}-\d{2}-\d{2}, when [0-9a-f]{9} \(#\d+\) ")
+    assert [e.target for e in TORCHTITAN_API if not dated.match(e.since)] == []
+    assert [e.target for e in TORCHTITAN_API if "had it from" in e.since and not removed.search(e.since)] == []
 
 
 def test_a_missing_dataclass_field_is_named_with_its_use_and_date(fake_titan):

@@ -1,13 +1,19 @@
 """Every torchtitan class, config field and function this project uses, checked against the installed
 torchtitan before a trainer starts.
 
-A version string says nothing about the API: the aws-neuron torchtitan fork reports "0.2.2+neuron.1",
-and upstream kept "0.2.2" from the February 2026 config refactor until at least August 2026, while fields
-the recipes set arrived in between (DESIGN.md, "Neuron facts"). So the check looks for each name itself.
+A version string says nothing about the API: the aws-neuron torchtitan fork reports "0.2.2+neuron.1"
+(envs/neuron.txt), and upstream has reported "0.2.2" from 2026-02-20 (73a0e6979, #2412), three days before
+its config refactor, through at least 2026-08-21, while fields the recipes set arrived in between. So the
+check looks for each name itself.
 
 Importing this module imports neither torch nor torchtitan; `missing_api` imports the modules it checks.
 Add an `ApiEntry` to `TORCHTITAN_API` for anything new the project starts to use (a kernel converter,
-another config field); `since` says where the name is known from, for the error message.
+another config field); `since` says since when upstream main has the name, for the error message: the first
+upstream commit at which the entry holds (its module path exists, the name is in it, and so is every listed
+field, parameter and attribute), checked at that commit and at its parent. A name upstream later dropped
+says until when. The dates come from upstream's history up to 2026-08-21 (b5bcd76c6); a commit's author
+and commit dates agree for every commit named here. A new entry without a `since` gets IN_0_3_0, which the
+tests refuse.
 """
 
 from __future__ import annotations
@@ -18,10 +24,37 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-# Where a name is known from, when no upstream date could be established from the project's sources.
+# The default for a new entry, until its upstream date is found (tests/test_titan_api.py refuses it).
 IN_0_3_0 = "present in torchtitan 0.3.0 (PyPI); upstream date not established"
-CONFIG_REFACTOR = "upstream has it since the February 2026 config refactor (--module/--config)"
-PRIVATE = "a private name in torchtitan 0.3.0 (PyPI): it may move without notice"
+
+
+def _since(date: str, commit: str, pr: int, note: str = "") -> str:
+    """Since when upstream main has a name: the date, short hash and pull request of the first commit at
+    which the entry holds (checked there and at its parent)."""
+    return f"upstream has it since {date} ({commit}, #{pr}{'; ' + note if note else ''})"
+
+
+def _had(date: str, commit: str, pr: int, until: str) -> str:
+    """For a name upstream main dropped after 0b2a804dd (2026-08-19; of upstream's commits, the one whose
+    torchtitan/ the 0.3.0 wheel matches most closely): from when upstream had it, and until which commit."""
+    return f"upstream had it from {date} ({commit}, #{pr}) until {until}; torchtitan 0.3.0 (PyPI) has it"
+
+
+def _private(since: str) -> str:
+    return f"{since}; a private name: it may move without notice"
+
+
+# Commits that brought several of the names.
+REPO_LAYOUT = _since("2025-02-21", "82afc842e", 867)  # torchtitan.tools, torchtitan.distributed
+METRICS_COMPONENT = _since("2025-03-10", "99f73969e", 945)  # torchtitan.components.metrics
+CONFIG_REFACTOR = _since("2026-02-23", "9810191bb", 2386, "the config refactor (--module/--config)")
+PARAM_INIT = _since("2026-04-01", "adbaa061c", 2633)  # config-based param_init, init_states
+CONFIG_TRAVERSE = _since("2026-04-27", "6348d93d1", 3127)  # Module.Config.traverse
+CONVERTERS = _since("2026-05-08", "74181b1e8", 3264)  # ModelConfigConverter, model_registry(converters)
+PER_LAYER_ROPE = _since("2026-06-05", "02d24f017", 3458)  # CosSinRoPE, a rope in every layer
+CHUNKED_LOSS = _since("2026-06-26", "9530a874d", 3779)
+HF_BACKEND_MOE = _since("2026-07-20", "af35cfb15", 2679)  # MoE in the transformers modeling backend
+
 ALL_BACKENDS = ("cpu", "neuron")
 
 
@@ -55,121 +88,151 @@ class ApiEntry:
 
 TORCHTITAN_API: tuple[ApiEntry, ...] = (
     # ---- the trainer and its config (in_ranks/train_entry.py, in_ranks/recipes.py) ----
-    ApiEntry("torchtitan.train", "main", "train_entry.py runs it", since=CONFIG_REFACTOR),
+    ApiEntry("torchtitan.train", "main", "train_entry.py runs it", since=_since("2025-11-07", "4caa37999", 1995)),
     ApiEntry("torchtitan.trainer", "Trainer.Config", "the recipes return one", fields=("model_spec",),
              since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.trainer", "Trainer.Config", "the recipes set them",
              fields=("hf_assets_path", "dataloader", "training", "parallelism", "optimizer", "lr_scheduler",
-                     "checkpoint", "metrics", "debug", "profiler", "loss", "compile")),
+                     "checkpoint", "metrics", "debug", "profiler", "loss", "compile"),
+             since=_since("2026-04-27", "786e26f8e", 2937)),
     ApiEntry("torchtitan.config", "TrainingConfig", "the recipes set it", fields=("disable_cuda_graphs",),
-             since="upstream has it since 2026-08-13"),
+             since=_since("2026-08-13", "f84224af0", 3559)),
     ApiEntry("torchtitan.config", "TrainingConfig", "the recipes set them",
-             fields=("local_batch_size", "global_batch_size", "seq_len", "steps", "mixed_precision_param")),
-    ApiEntry("torchtitan.config", "TrainingConfig", "rank_plan.py reads it", fields=("dtype",)),
+             fields=("local_batch_size", "global_batch_size", "seq_len", "steps", "mixed_precision_param"),
+             since=_had("2026-02-23", "9810191bb", 2386, "2026-08-20, when 73aed7f6c (#4121) removed "
+                        "local_batch_size, global_batch_size and seq_len")),
+    ApiEntry("torchtitan.config", "TrainingConfig", "rank_plan.py reads it", fields=("dtype",),
+             since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.config", "ParallelismConfig", "the recipes and rank_plan.py set them",
-             fields=("data_parallel_shard_degree", "tensor_parallel_degree", "spmd_backend")),
-    ApiEntry("torchtitan.config", "CompileConfig", "the MoE recipe sets it", fields=("enable",)),
-    ApiEntry("torchtitan.config", "DebugConfig", "the recipes set them", fields=("seed", "print_config")),
-    ApiEntry("torchtitan.config", "TORCH_DTYPE_MAP", "rank_plan.py reads it"),
-    ApiEntry("torchtitan.tools.profiler", "Profiler.Config", "the recipes set it", fields=("enable_profiling",)),
+             fields=("data_parallel_shard_degree", "tensor_parallel_degree", "spmd_backend"),
+             since=_since("2026-06-06", "641b5f6b8", 3466)),
+    ApiEntry("torchtitan.config", "CompileConfig", "the MoE recipe sets it", fields=("enable",),
+             since=CONFIG_REFACTOR),
+    ApiEntry("torchtitan.config", "DebugConfig", "the recipes set them", fields=("seed", "print_config"),
+             since=CONFIG_REFACTOR),
+    ApiEntry("torchtitan.config", "TORCH_DTYPE_MAP", "rank_plan.py reads it",
+             since=_since("2025-07-22", "34d815c02", 1442)),
+    ApiEntry("torchtitan.tools.profiler", "Profiler.Config", "the recipes set it", fields=("enable_profiling",),
+             since=_since("2026-04-17", "de7fc7bd0", 3020)),
     ApiEntry("torchtitan.components.checkpoint", "CheckpointManager.Config", "the recipes set them",
              fields=("enable", "interval", "initial_load_path", "initial_load_in_hf", "initial_load_model_only",
-                     "last_save_in_hf", "last_save_model_only", "export_dtype")),
-    ApiEntry("torchtitan.components.optimizer", "default_adamw", "the recipes call it", parameters=("lr",)),
+                     "last_save_in_hf", "last_save_model_only", "export_dtype"),
+             since=_had("2026-02-23", "9810191bb", 2386, "2026-08-19, when 2e92be1c4 (#4184) removed the module "
+                        "(torchtitan.components.checkpointer has CheckpointManager since 2026-08-17)")),
+    ApiEntry("torchtitan.components.optimizer", "default_adamw", "the recipes call it", parameters=("lr",),
+             since=_since("2026-06-04", "632f67f12", 3269)),
     ApiEntry("torchtitan.components.optimizer", "LRSchedulersContainer.Config", "the recipes set them",
-             fields=("warmup_steps", "decay_ratio", "decay_type", "min_lr_factor")),
-    ApiEntry("torchtitan.components.loss", "ChunkedLossWrapper.Config", "the recipes set it", fields=("loss_fn",)),
+             fields=("warmup_steps", "decay_ratio", "decay_type", "min_lr_factor"),
+             since=_since("2026-08-17", "970fbddb3", 4140,
+                          "before, only torchtitan.components.lr_scheduler had it")),
+    ApiEntry("torchtitan.components.loss", "ChunkedLossWrapper.Config", "the recipes set it", fields=("loss_fn",),
+             since=CHUNKED_LOSS),
     ApiEntry("torchtitan.components.loss", "CrossEntropyLoss.Config", "the recipes set it",
-             fields=("global_vocab_size",)),
+             fields=("global_vocab_size",), since=_since("2026-06-22", "073221a0a", 3726)),
     ApiEntry("torchtitan.hf_datasets.text_datasets", "HuggingFaceTextDataLoader.Config", "the recipes set them",
-             fields=("dataset", "dataset_path")),
+             fields=("dataset", "dataset_path"),
+             since=_had("2026-02-23", "9810191bb", 2386, "2026-08-19, when 1b04fc1c3 (#4088) replaced the "
+                        "dataloader with grain")),
     ApiEntry("torchtitan.components.metrics", "MetricsProcessor.Config", "titan_metrics.py extends it",
-             fields=("log_freq", "enable_tensorboard")),
+             fields=("log_freq", "enable_tensorboard"), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.components.metrics", "MetricsProcessor", "titan_metrics.py overrides them after "
-             "__init__ (the MFU peak, the logger)", assigns=("gpu_peak_flops", "logger")),
-    ApiEntry("torchtitan.components.metrics", "BaseLogger", "titan_metrics.py subclasses it"),
+             "__init__ (the MFU peak, the logger)", assigns=("gpu_peak_flops", "logger"), since=METRICS_COMPONENT),
+    ApiEntry("torchtitan.components.metrics", "BaseLogger", "titan_metrics.py subclasses it",
+             since=METRICS_COMPONENT),
     ApiEntry("torchtitan.components.metrics", "LoggerContainer", "titan_metrics.py adds its logger",
-             attributes=("add_logger",)),
+             attributes=("add_logger",), since=_since("2025-09-10", "612e4a12d", 1698)),
     # ---- the models (models.py, numerics.py, export_reload.py, rank_plan.py) ----
     ApiEntry("torchtitan.models.qwen3.config_registry", "qwen3_32b", "the native and MoE recipes build on it",
              since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.qwen3", "model_registry", "the recipes and rank_plan.py call it",
-             parameters=("flavor",)),
+             parameters=("flavor",), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.qwen3", "model_registry", "kernel converters are passed to it",
-             parameters=("converters",)),
+             parameters=("converters",), since=CONVERTERS),
     ApiEntry("torchtitan.protocols.model", "ModelConfigConverter", "kernel converters subclass it",
-             attributes=("Config",)),
+             attributes=("Config",), since=CONVERTERS),
     ApiEntry("torchtitan.models.utils", "validate_converter_order", "replacement.apply_converters calls it, "
-             "as model_registry does", parameters=("converters",)),
+             "as model_registry does", parameters=("converters",), since=CONVERTERS),
     ApiEntry("torchtitan.protocols.module", "Module.Config", "the kernel converters walk the model config "
-             "with it", attributes=("traverse", "build")),
+             "with it", attributes=("traverse", "build"), since=CONFIG_TRAVERSE),
     ApiEntry("torchtitan.models.common.rope", "CosSinRoPE", "kernels.rope.HFLayoutRoPE subclasses it and "
-             "reads its cache lookup", attributes=("_reshape_cache",), since=PRIVATE),
+             "reads its cache lookup", attributes=("_reshape_cache",), since=_private(PER_LAYER_ROPE)),
     ApiEntry("torchtitan.protocols.model_spec", "ModelSpec", "the recipes replace them",
-             fields=("flavor", "model", "post_optimizer_build_fn", "parallelize_fn")),
+             fields=("flavor", "model", "post_optimizer_build_fn", "parallelize_fn"), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.qwen3.model", "Qwen3Model.Config", "models.qwen3_decoder sets them",
              fields=("vocab_size", "dim", "norm", "enable_weight_tying", "tok_embeddings", "lm_head", "layers"),
-             attributes=("traverse", "build", "update_from_config", "get_nparams_and_flops")),
+             attributes=("traverse", "build", "update_from_config", "get_nparams_and_flops"),
+             since=CONFIG_TRAVERSE),
     ApiEntry("torchtitan.models.qwen3", "_build_qwen3_layers", "the native recipe and numerics.py call it",
              parameters=("fuse_qkv", "n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "hidden_dim",
-                         "attn_backend", "rope"), since=PRIVATE),
+                         "attn_backend", "rope"), since=_private(PER_LAYER_ROPE)),
     ApiEntry("torchtitan.models.qwen3", "_build_qwen3_moe_layers", "the MoE recipe and numerics.py call it",
              parameters=("fuse_qkv", "n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "moe_hidden_dim",
-                         "num_experts", "top_k", "attn_backend", "moe_comm_backend", "rope"), since=PRIVATE),
+                         "num_experts", "top_k", "attn_backend", "moe_comm_backend", "rope"),
+             since=_private(_since("2026-06-24", "3396a4b37", 3714))),
     ApiEntry("torchtitan.models.qwen3", "_qwen3_norm", "models.qwen3_decoder calls it", parameters=("dim",),
-             since=PRIVATE),
-    *(ApiEntry("torchtitan.models.qwen3", name, "models.qwen3_decoder uses it", since=PRIVATE)
+             since=_private(_since("2026-04-03", "4b3347467", 2785))),
+    *(ApiEntry("torchtitan.models.qwen3", name, "models.qwen3_decoder uses it", since=_private(PARAM_INIT))
       for name in ("_EMBEDDING_INIT", "_EMBEDDING_SKIP_INIT", "_LINEAR_INIT")),
     ApiEntry("torchtitan.models.qwen3.state_dict_adapter", "Qwen3StateDictAdapter", "export_reload.py loads "
-             "the export with it", attributes=("from_hf",)),
+             "the export with it", attributes=("from_hf",), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.common", "Embedding.Config", "models.qwen3_decoder sets them",
-             fields=("num_embeddings", "embedding_dim", "param_init")),
+             fields=("num_embeddings", "embedding_dim", "param_init"), since=PARAM_INIT),
     ApiEntry("torchtitan.models.common", "Linear.Config", "models.qwen3_decoder sets them",
-             fields=("in_features", "out_features", "param_init")),
+             fields=("in_features", "out_features", "param_init"), since=PARAM_INIT),
     ApiEntry("torchtitan.models.common", "CosSinRoPE.Config", "the recipes and numerics.py set them",
-             fields=("dim", "max_seq_len", "theta")),
+             fields=("dim", "max_seq_len", "theta"),
+             since=_had("2026-06-05", "02d24f017", 3458, "2026-08-20, when 73aed7f6c (#4121) removed max_seq_len")),
     ApiEntry("torchtitan.models.common.nn_modules", "RMSNorm.Config", "the native recipe sets it",
-             fields=("eps",)),
+             fields=("eps",), since=_since("2026-05-25", "af33f7638", 3398)),
     ApiEntry("torchtitan.models.common.attention", "ScaledDotProductAttention.Config", "recipes.use_sdpa "
-             "puts it in every layer"),
+             "puts it in every layer", since=_since("2026-03-31", "261819688", 2761)),
     ApiEntry("torchtitan.models.common.attention", "GQAttention.Config", "recipes.use_sdpa and the parity "
              "check read them",
-             fields=("inner_attention", "n_heads", "n_kv_heads", "head_dim", "rope")),
+             fields=("inner_attention", "n_heads", "n_kv_heads", "head_dim", "rope"), since=PER_LAYER_ROPE),
     ApiEntry("torchtitan.models.common.moe", "GroupedExperts.Config", "kernels/moe.py builds it",
-             fields=("dim", "hidden_dim", "num_experts")),
+             fields=("dim", "hidden_dim", "num_experts"), since=_since("2026-03-17", "378781704", 2615)),
     ApiEntry("torchtitan.models.common.moe", "MoE.Config", "titan_metrics.recording_router_load reads it",
-             fields=("load_balance_coeff",)),
+             fields=("load_balance_coeff",), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.common.moe", "MoE", "titan_metrics.recording_router_load reads and zeroes "
-             "the router's counts", assigns=("tokens_per_expert_E", "load_balance_coeff")),
-    ApiEntry("torchtitan.models.common.config_utils", "decoder_vocab_size", "the recipes call it"),
+             "the router's counts", assigns=("tokens_per_expert_E", "load_balance_coeff"),
+             since=_since("2026-05-27", "200100e7d", 3425)),
+    ApiEntry("torchtitan.models.common.config_utils", "decoder_vocab_size", "the recipes call it",
+             since=CHUNKED_LOSS),
     # ---- the transformers modeling backend (recipes.qwen3_hf) ----
+    # The dates are the names' own; before af35cfb15 these modules fail to import with transformers 5
+    # (HFTransformerModel.Config inherits PretrainedConfig's fields, which are not keyword-only).
     ApiEntry("torchtitan.experiments.transformers_modeling_backend.config_registry",
-             "transformers_modeling_backend_full", "the HF recipe builds on it"),
+             "transformers_modeling_backend_full", "the HF recipe builds on it", since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.experiments.transformers_modeling_backend.configs", "TransformersBackendConfig",
-             "the HF recipe sets it", fields=("hf_model",)),
+             "the HF recipe sets it", fields=("hf_model",), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.experiments.transformers_modeling_backend.model", "HFTransformerModel.init_states",
-             "the HF recipe wraps it", parameters=("buffer_device",)),
+             "the HF recipe wraps it", parameters=("buffer_device",), since=PARAM_INIT),
     ApiEntry("torchtitan.experiments.transformers_modeling_backend.model", "HFTransformerModel",
-             "the HF recipe's SDPA setting replaces it", attributes=("get_attention_masks",)),
+             "the HF recipe's SDPA setting replaces it", attributes=("get_attention_masks",),
+             since=HF_BACKEND_MOE),
     *(ApiEntry("torchtitan.experiments.transformers_modeling_backend.model", name,
-               "the HF recipe's SDPA setting and remote-code guard replace it", since=PRIVATE)
+               "the HF recipe's SDPA setting and remote-code guard replace it", since=_private(HF_BACKEND_MOE))
       for name in ("_flex_attention_torchtitan", "_ATTN_IMPLEMENTATION", "_REMOTE_CONFIG_DENYLIST")),
     # ---- what the cpu backend and the offline plan patch or call (backends/cpu.py, rank_plan.py) ----
     ApiEntry("torchtitan.tools.utils", "device_type", "the cpu backend's device workaround sets it",
-             backends=("cpu",)),
+             backends=("cpu",), since=REPO_LAYOUT),
     ApiEntry("torchtitan.tools.utils", "device_module", "the cpu backend's device workaround sets it",
-             backends=("cpu",)),
-    ApiEntry("torchtitan.tools.utils", "set_default_dtype", "rank_plan.py calls it"),
+             backends=("cpu",), since=REPO_LAYOUT),
+    ApiEntry("torchtitan.tools.utils", "set_default_dtype", "rank_plan.py calls it",
+             since=_since("2025-09-16", "e99e16c91", 1646)),
     ApiEntry("torchtitan.components.metrics", "build_device_memory_monitor", "the cpu backend's memory "
-             "workaround replaces it", backends=("cpu",)),
+             "workaround replaces it", backends=("cpu",), since=METRICS_COMPONENT),
     ApiEntry("torchtitan.components.metrics", "DeviceMemStats", "the cpu backend's memory workaround "
-             "returns it", backends=("cpu",)),
+             "returns it", backends=("cpu",), since=METRICS_COMPONENT),
     ApiEntry("torchtitan.distributed.utils", "set_pg_timeouts", "the cpu backend's barrier workaround "
-             "replaces it", parameters=("timeout", "parallel_dims"), backends=("cpu",)),
-    ApiEntry("torchtitan.distributed.utils", "init_fake_mode", "rank_plan.py calls it"),
+             "replaces it", parameters=("timeout", "parallel_dims"), backends=("cpu",),
+             since=_since("2025-12-17", "183a0d2e7", 1660)),
+    ApiEntry("torchtitan.distributed.utils", "init_fake_mode", "rank_plan.py calls it",
+             since=_since("2025-11-25", "d0393b37a", 2057)),
     ApiEntry("torchtitan.distributed", "ParallelDims", "rank_plan.py builds the plan's mesh with it",
-             attributes=("from_config", "build_mesh")),
-    ApiEntry("torchtitan.distributed.parallel_dims", "device_type", "rank_plan.py patches it"),
+             attributes=("from_config", "build_mesh"), since=_since("2026-04-04", "a146a4dec", 2822)),
+    ApiEntry("torchtitan.distributed.parallel_dims", "device_type", "rank_plan.py patches it",
+             since=_since("2025-07-14", "6204cdff9", 1384)),
 )
 
 
