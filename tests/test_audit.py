@@ -72,7 +72,7 @@ def test_a_signoff_of_a_report_a_newer_run_replaced_is_listed_not_failed(workspa
     report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
     record = signoff(report, "A Reviewer", "approve", "", signoffs)
     report.write_text(report.read_text().replace("2026-12-03T10:00:00", "2026-12-04T10:00:00"))  # a rerun
-    record_written_report(report, signoffs)
+    record_written_report(report, signoffs_path=signoffs)
     lines, ok = verify(report, signoffs)
     assert ok and lines[1].startswith(f"  superseded: approve by A Reviewer on {record['date']}")
 

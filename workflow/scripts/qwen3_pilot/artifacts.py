@@ -113,14 +113,16 @@ def digest_path(path: Path) -> Path:
     return Path(path).with_name(Path(path).name + DIGEST_SUFFIX)
 
 
-def record_digest(path: Path) -> None:
-    """The finished file's sha256 beside it: what its consumers hold it to."""
-    write_text(digest_path(path), f"{sha256_file(path)}  {Path(path).name}\n")
+def record_digest(path: Path) -> str:
+    """The finished file's sha256 beside it: what its consumers hold it to. Returns it."""
+    digest = sha256_file(path)
+    write_text(digest_path(path), f"{digest}  {Path(path).name}\n")
+    return digest
 
 
-def write_recorded_json(path: Path, payload: Any) -> None:
+def write_recorded_json(path: Path, payload: Any) -> str:
     write_json(path, payload)
-    record_digest(path)
+    return record_digest(path)
 
 
 def recorded_digest(path: Path) -> str | None:
@@ -155,11 +157,11 @@ def custody_problems(consumed: Iterable[str | Path]) -> list[str]:
     for path in consumed:
         if path in covered or not path.is_file() or results not in path.parents:
             continue
-        recorded, now = recorded_digest(path), current_sha256(path)
+        recorded = recorded_digest(path)
         if recorded is None:
             problems.append(f"{named[path]}: no sha256 recorded beside it ({digest_path(named[path])}): rerun "
                             "the stage that writes it")
-        elif now != recorded:
+        elif (now := sha256_file(path)) != recorded:
             problems.append(f"{named[path]}: its stage recorded sha256 {recorded}, the file now has {now}")
     return problems
 

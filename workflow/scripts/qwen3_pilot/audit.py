@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .artifacts import current_sha256, sha256_file
+from .artifacts import current_sha256
 from .summary import now_iso
 
 DEFAULT_REPORT = Path("results") / "report.json"
@@ -78,35 +78,36 @@ def report_digests(report_path: Path) -> tuple[str, str]:
     return current_sha256(report_path), _html_digest(report_path)
 
 
-def record_written_report(report_path: Path, signoffs_path: Path | None = None) -> None:
-    """Called by whatever writes the report, right after writing it: its digests join the ledger of reports
-    the workflow wrote (append-only, kept by `make clean` with the sign-offs)."""
+def record_written_report(report_path: Path, digests: tuple[str, str] | None = None,
+                          signoffs_path: Path | None = None) -> None:
+    """Called by whatever writes the report, right after writing it: its digests (given by a writer that
+    already hashed both files, else read here) join the ledger of reports the workflow wrote (append-only,
+    kept by `make clean` with the sign-offs)."""
     ledger = (signoffs_path or default_signoffs(report_path)).parent / REPORTS_WRITTEN
     ledger.parent.mkdir(parents=True, exist_ok=True)
-    json_sha256, html_sha256 = report_digests(report_path)
+    json_sha256, html_sha256 = digests or report_digests(report_path)
     line = {"report": report_key(report_path), "report_sha256": json_sha256, "report_html_sha256": html_sha256,
             "written": now_iso()}
     with open(ledger, "a") as handle:
         handle.write(json.dumps(line, sort_keys=True) + "\n")
 
 
-def written_by_workflow(report_path: Path, signoffs_path: Path) -> bool:
-    """Whether the report on disk, both files as they are now, is one the workflow wrote."""
+def written_by_workflow(report_path: Path, digests: tuple[str, str], signoffs_path: Path) -> bool:
+    """Whether the report with these digests (report_digests: both files as they are now) is one the
+    workflow wrote."""
     ledger = signoffs_path.parent / REPORTS_WRITTEN
-    now = (report_key(report_path), *report_digests(report_path))
+    now = (report_key(report_path), *digests)
     return any((line["report"], line["report_sha256"], line["report_html_sha256"]) == now
                for line in read_signoffs(ledger))
 
 
-def signoff_state(record: dict[str, Any], report_path: Path, signoffs_path: Path) -> str | None:
-    """None while the signed report is the one on disk; "superseded" when the workflow has written another
-    report since (a newer run, or none on disk after a clean); "edited" when the files on disk are no
-    report the workflow wrote."""
-    if not report_path.is_file():
-        return "superseded"
-    if report_digests(report_path) == (record["report_sha256"], record["report_html_sha256"]):
+def signoff_state(record: dict[str, Any], digests: tuple[str, str], written: bool) -> str | None:
+    """For the report on disk (its digests, and whether the workflow wrote it): None while it is the signed
+    one; "superseded" when the workflow has written another report since (a newer run); "edited" when the
+    files on disk are no report the workflow wrote."""
+    if digests == (record["report_sha256"], record["report_html_sha256"]):
         return None
-    return "superseded" if written_by_workflow(report_path, signoffs_path) else "edited"
+    return "superseded" if written else "edited"
 
 
 def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_path: Path | None = None) -> dict[str, Any]:
@@ -121,8 +122,9 @@ def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_pat
     if not report_path.is_file():
         raise SignoffError(f"{report_path}: no report to sign off (run the pilot first)")
     report = json.loads(report_path.read_text())
+    json_sha256, html_sha256 = digests = report_digests(report_path)
     if decision == "approve":
-        if not written_by_workflow(report_path, signoffs_path):
+        if not written_by_workflow(report_path, digests, signoffs_path):
             raise SignoffError(f"{report_path}: not a report the workflow wrote (its sha256 and its html's are "
                                f"not in {signoffs_path.parent / REPORTS_WRITTEN}): only DECISION=reject")
         if report.get("failed_run") or report["status"] == "fail":
@@ -137,8 +139,8 @@ def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_pat
         "decision": decision,
         "note": note,
         "report": report_key(report_path),
-        "report_sha256": sha256_file(report_path),
-        "report_html_sha256": _html_digest(report_path),
+        "report_sha256": json_sha256,
+        "report_html_sha256": html_sha256,
         "report_status": report["status"],
         "report_started": report["provenance"].get("started"),
         "config_digest": report["provenance"].get("config_digest"),
@@ -166,7 +168,9 @@ def verify(report_path: Path, signoffs_path: Path | None = None) -> tuple[list[s
         return [f"{report_path}: no report to verify"], False
     report = json.loads(report_path.read_text())
     changes = artifact_changes(report, report_path.resolve().parent.parent)
-    states = [(record, signoff_state(record, report_path, signoffs_path)) for record in read_signoffs(signoffs_path)
+    digests = report_digests(report_path)
+    written = written_by_workflow(report_path, digests, signoffs_path)
+    states = [(record, signoff_state(record, digests, written)) for record in read_signoffs(signoffs_path)
               if record["report"] == report_key(report_path)]
     listed = sum(len(stage.get("artifacts", [])) for stage in report["stages"])
     lines = [f"{report_path}: {listed} artifacts listed, {len(changes)} changed or missing; report status "
@@ -175,9 +179,8 @@ def verify(report_path: Path, signoffs_path: Path | None = None) -> tuple[list[s
     for record, state in states:
         what = f"{record['decision']} by {record['name']} on {record['date']}"
         if state == "edited":
-            json_now, html_now = report_digests(report_path)
             lines.append(f"  EDITED SINCE SIGN-OFF {what}: given to report.json sha256 {record['report_sha256']} "
-                         f"(html {record['report_html_sha256']}), which is now {json_now} (html {html_now}), "
+                         f"(html {record['report_html_sha256']}), which is now {digests[0]} (html {digests[1]}), "
                          "a report the workflow never wrote")
         elif state == "superseded":
             lines.append(f"  superseded: {what} was given to an earlier run's report (kept as "

@@ -206,11 +206,11 @@ def write_report(
     }
     report["changes"] = report_changes(report, json_path, failed_run)
     check_schema(report)
-    write_recorded_json(json_path, report)
+    json_sha256 = write_recorded_json(json_path, report)
     write_text(html_path, render_html(report))
-    record_digest(html_path)  # the archive consumes both files
+    html_sha256 = record_digest(html_path)  # the archive consumes both files
     # Recorded as the workflow's own: `verify` tells an edited report from a newer run's by this ledger.
-    record_written_report(json_path)
+    record_written_report(json_path, (json_sha256, html_sha256))
     return report
 
 

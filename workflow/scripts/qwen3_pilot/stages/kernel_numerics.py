@@ -21,7 +21,8 @@ def run(
 
     backend = backend_config["backend"]
     lnc = backend_config["neuron"]["lnc"]
-    device_backend = make_backend(backend_config, str(Path(cache_root).resolve()))
+    cache_root = Path(cache_root).resolve()
+    device_backend = make_backend(backend_config, str(cache_root))
     # This process uses the device itself, not through torchrun's ranks: it needs what they get from the
     # launcher (on neuron the compile caches under the project and the LNC) before the kernels load the runtime.
     apply_device_process_env(device_backend)
@@ -29,7 +30,7 @@ def run(
     # config kernel_numerics, complete from the schema's defaults (config/trn2.yaml sets the neuron values),
     # on the backend's device with the kernels installed for it.
     device = device_backend.device_type
-    cache_dir = str(Path(cache_root).resolve() / "torchinductor")
+    cache_dir = str(cache_root / "torchinductor")
     config = {**settings, "lnc": lnc, "device": device, "compile": {**settings["compile"], "cache_dir": cache_dir}}
     result = kernel_numerics(config, log=log)
     write_json(Path(results_path), result)  # everything measured, kept for a failed run too
