@@ -53,6 +53,7 @@ lock-check: $(VENV)/.installed
 	diff -u envs/cpu.lock .venv/cpu.lock.check || (echo "envs/cpu.lock is not what envs/cpu.txt resolves to: run make lock" >&2; exit 1)
 
 lint: $(VENV)/.installed
+	$(BIN)/ruff check .
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile rules
 

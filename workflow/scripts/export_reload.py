@@ -6,7 +6,9 @@ from qwen3_pilot.training import export_dir
 
 with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
     run(
-        exports={recipe: export_dir(Path(snakemake.input[recipe]), snakemake.params.steps) for recipe in ("hf", "native")},
+        exports={
+            recipe: export_dir(Path(snakemake.input[recipe]), snakemake.params.steps) for recipe in ("hf", "native")
+        },
         checkpoint_dir=Path(snakemake.input.checkpoint),
         out_root=Path(snakemake.output.summary).parent,
         settings=snakemake.params.settings,

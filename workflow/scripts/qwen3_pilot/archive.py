@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -270,7 +270,7 @@ def run_key(report: dict[str, Any], report_sha256: str) -> str:
         return f"unstarted-{digest}"
     moment = datetime.fromisoformat(started)
     if moment.utcoffset() is not None:
-        return f"{moment.astimezone(timezone.utc):%Y%m%dT%H%M%SZ}-{digest}"
+        return f"{moment.astimezone(UTC):%Y%m%dT%H%M%SZ}-{digest}"
     return f"{moment:%Y%m%dT%H%M%S}-{digest}"
 
 

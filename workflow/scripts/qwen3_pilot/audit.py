@@ -110,7 +110,9 @@ def signoff_state(record: dict[str, Any], digests: tuple[str, str], written: boo
     return "superseded" if written else "edited"
 
 
-def signoff(report_path: Path, name: str, decision: str, note: str, signoffs_path: Path | None = None) -> dict[str, Any]:
+def signoff(
+    report_path: Path, name: str, decision: str, note: str, signoffs_path: Path | None = None
+) -> dict[str, Any]:
     """Appends one sign-off bound to the digests of report.json and report.html (and what the report said),
     keeps a copy of both beside the sign-offs, and returns the record. An approval needs a report of a run
     that did not fail, whose artifacts are all as recorded."""

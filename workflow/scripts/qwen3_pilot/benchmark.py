@@ -103,7 +103,9 @@ def relative(new: float, old: float) -> float | None:
 RUN_OVERRIDES = ("--checkpoint.no-enable",)
 
 
-def variants(recipe: str, rules: list[dict[str, str]], settings: dict[str, Any], compile_backend: str) -> list[tuple[str, list, tuple]]:
+def variants(
+    recipe: str, rules: list[dict[str, str]], settings: dict[str, Any], compile_backend: str
+) -> list[tuple[str, list, tuple]]:
     """The runs of one benchmarked recipe: (name, kernel replacements, extra torchtitan flags). Eager with
     the recipe's kernel replacements; plain without them, when it has any; compiled with a cold and then a
     warm compile cache, for the compile recipes. Used by the stage and by the preflight."""
@@ -149,7 +151,8 @@ def run_figures(
         "warmup_phase_s": logged_at(metrics_lines, warmup) - started_at,
         **steady_state(steps, warmup=warmup, ranks=ranks, peak_flops_per_rank=peak_flops_per_rank, noisy_cv=noisy_cv),
         "per_step": [{"step": s["step"], "step_time_s": s["step_time_s"],
-                      "phase": "warm-up" if s["step"] <= warmup else "steady"} for s in sorted(steps, key=lambda s: s["step"])],
+                      "phase": "warm-up" if s["step"] <= warmup else "steady"}
+                     for s in sorted(steps, key=lambda s: s["step"])],
     }
 
 
@@ -185,7 +188,8 @@ def table_row(recipe: str, variant: str, run: dict[str, Any]) -> dict[str, Any]:
         "warmup_steps_s": run["warmup_step_time_s"], "warmup_phase_s": run["warmup_phase_s"],
         "steady_steps": run["steady_steps"], "median_step_s": times["median"],
         "p10_s": times["p10"], "p90_s": times["p90"], "cv": times["cv"], "noisy": run["noisy"],
-        "tokens_per_s_per_rank": run["tokens_per_s_per_rank"], "tokens_per_s_per_instance": run["tokens_per_s_per_instance"],
+        "tokens_per_s_per_rank": run["tokens_per_s_per_rank"],
+        "tokens_per_s_per_instance": run["tokens_per_s_per_instance"],
         "tflops_per_rank": run["tflops_per_rank"], "mfu_pct": run["mfu_pct"],
         "peak_memory_gib_per_rank": run["peak_memory_gib_per_rank"], "data_wait_pct": run["data_wait_pct"],
     }

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .artifacts import current_sha256, write_json
 from .report import stage_of_job
@@ -64,7 +65,9 @@ NOT_COMPARED: dict[str, tuple[str, ...]] = {"benchmark": ("step_times",)}
 
 # What names a record inside a list of records (a step, a numerics row, a parity field): the path of
 # `steps[3].loss` reads `steps[step=4].loss`, which stays the same when a list gains or loses rows.
-RECORD_KEYS = ("recipe", "run", "step", "layer", "package", "field", "section", "op", "dtype", "shape", "kernel", "module")
+RECORD_KEYS = (
+    "recipe", "run", "step", "layer", "package", "field", "section", "op", "dtype", "shape", "kernel", "module",
+)
 
 
 def record_plan(jobs: Iterable[tuple[str, dict[str, str], str]], started: str, path: Path = PLAN) -> dict[str, Any]:
@@ -234,7 +237,9 @@ class BaselineError(ValueError):
     pass
 
 
-def find_baseline(configured: str | None, workflow_dir: Path, signoffs: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def find_baseline(
+    configured: str | None, workflow_dir: Path, signoffs: Path
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(the baseline report, where it came from), or None when there is none: config `report.baseline`
     when set, else the copy of the report that the last approving sign-off was given to. A copy whose
     sha256 is not the one its sign-off recorded is not used: that is an error naming both digests."""

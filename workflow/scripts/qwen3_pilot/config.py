@@ -92,7 +92,8 @@ def baseline_problems(path: Path) -> list[str]:
         baseline = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         return [f"{where}: not readable as JSON ({error})"]
-    missing = [key for key in ("stages", "provenance", "environment") if not isinstance(baseline, dict) or key not in baseline]
+    missing = [key for key in ("stages", "provenance", "environment")
+               if not isinstance(baseline, dict) or key not in baseline]
     return [f"{where}: not a pilot report.json (no {', '.join(missing)})"] if missing else []
 
 

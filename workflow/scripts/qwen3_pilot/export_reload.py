@@ -65,17 +65,21 @@ def index_problems(tensors: dict[str, Any], folder: Path) -> list[str]:
     listed = set(json.loads(index_path.read_text()).get("weight_map", {}))
     problems = []
     if listed - tensors.keys():
-        problems.append(f"{index_path}: index lists tensors the files lack: {', '.join(sorted(listed - tensors.keys()))}")
+        problems.append(f"{index_path}: index lists tensors the files lack: "
+                        f"{', '.join(sorted(listed - tensors.keys()))}")
     if tensors.keys() - listed:
-        problems.append(f"{index_path}: files hold tensors the index lacks: {', '.join(sorted(tensors.keys() - listed))}")
+        problems.append(f"{index_path}: files hold tensors the index lacks: "
+                        f"{', '.join(sorted(tensors.keys() - listed))}")
     return problems
 
 
 def tensor_problems(tensors: dict[str, Any], tied: bool, source: Path) -> list[str]:
     import torch
 
-    problems = index_problems(tensors, source) + [f"{source}: tensor {key} has non-finite values" for key, t in tensors.items()
-                if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    problems = index_problems(tensors, source) + [
+        f"{source}: tensor {key} has non-finite values" for key, t in tensors.items()
+        if t.is_floating_point() and not bool(torch.isfinite(t).all())
+    ]
     if tied and TIED_HEAD in tensors:
         problems.append(f"{source}: config ties the embeddings but the files hold a separate {TIED_HEAD}")
     return problems
@@ -148,7 +152,8 @@ def _init_buffers(model) -> None:
     import torch
 
     for module in model.modules():
-        if hasattr(module, "init_states") and not list(module.parameters(recurse=False)) and list(module.buffers(recurse=False)):
+        if (hasattr(module, "init_states") and not list(module.parameters(recurse=False))
+                and list(module.buffers(recurse=False))):
             with torch.no_grad():
                 module.init_states(buffer_device=torch.device("cpu"))
 

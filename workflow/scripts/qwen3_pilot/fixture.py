@@ -20,8 +20,9 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import tokenizers
@@ -84,7 +85,7 @@ def read_corpus_texts(corpus_jsonl: Path, limit_chars: int | None = None) -> lis
     return texts
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int) -> "tokenizers.Tokenizer":
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> tokenizers.Tokenizer:
     """Byte-level BPE with Qwen's pipeline; the three special tokens take the last ids."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
     from tokenizers.models import BPE
@@ -112,7 +113,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> "tokenizers.Tokeni
     return tok
 
 
-def save_tokenizer(tok: "tokenizers.Tokenizer", out_dir: Path, *, model_max_length: int = 2048) -> None:
+def save_tokenizer(tok: tokenizers.Tokenizer, out_dir: Path, *, model_max_length: int = 2048) -> None:
     """tokenizer.json plus a tokenizer_config.json shaped like Qwen3-4B-Instruct-2507's.
 
     transformers builds its Qwen2Tokenizer from these; torchtitan's HuggingFaceTokenizer reads
@@ -166,7 +167,7 @@ def tiny_qwen3_config(
     rms_norm_eps: float,
     bos_token_id: int | None = None,
     eos_token_id: int | None = None,
-) -> "transformers.Qwen3Config":
+) -> transformers.Qwen3Config:
     """A Qwen3Config at toy width that keeps the features the recipes must get right."""
     from transformers import Qwen3Config
 
@@ -226,8 +227,8 @@ def _heldout_loss(model, batch) -> float:
 
 
 def pretrain(
-    model: "torch.nn.Module",
-    token_ids: "torch.Tensor",
+    model: torch.nn.Module,
+    token_ids: torch.Tensor,
     *,
     steps: int,
     seq_len: int,
@@ -319,7 +320,8 @@ def publish_to_hub_cache(src_dir: Path, cache_dir: Path, repo_id: str, revision:
             # In git the file is an LFS pointer, so the tree's blob_id is the pointer's sha1.
             sha256 = hashlib.sha256(data).hexdigest()
             pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {len(data)}\n"
-            entry = {"size": len(data), "blob_id": git_hash(pointer.encode()), "lfs_sha256": sha256, "lfs_size": len(data)}
+            entry = {"size": len(data), "blob_id": git_hash(pointer.encode()),
+                     "lfs_sha256": sha256, "lfs_size": len(data)}
             entries[rel] = (sha256, entry)
         else:
             entries[rel] = (content_sha1, {"size": len(data), "blob_id": content_sha1})

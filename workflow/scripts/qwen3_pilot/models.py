@@ -85,14 +85,14 @@ def native_model_values(model) -> dict[str, Any]:
         "vocab_size": model.vocab_size,
         "hidden_size": model.dim,
         "num_hidden_layers": len(model.layers),
-        "num_attention_heads": per_layer(lambda l: l.attention.n_heads),
-        "num_key_value_heads": per_layer(lambda l: l.attention.n_kv_heads),
-        "head_dim": per_layer(lambda l: l.attention.head_dim),
-        "intermediate_size": per_layer(lambda l: l.feed_forward.w1.out_features),
-        "rope_theta": per_layer(lambda l: float(l.attention.rope.theta)),
+        "num_attention_heads": per_layer(lambda layer: layer.attention.n_heads),
+        "num_key_value_heads": per_layer(lambda layer: layer.attention.n_kv_heads),
+        "head_dim": per_layer(lambda layer: layer.attention.head_dim),
+        "intermediate_size": per_layer(lambda layer: layer.feed_forward.w1.out_features),
+        "rope_theta": per_layer(lambda layer: float(layer.attention.rope.theta)),
         "rms_norm_eps": eps.pop() if len(eps) == 1 else sorted(eps),
         "tie_word_embeddings": bool(model.enable_weight_tying),
-        "max_position_embeddings": per_layer(lambda l: l.attention.rope.max_seq_len),
+        "max_position_embeddings": per_layer(lambda layer: layer.attention.rope.max_seq_len),
     }
 
 

@@ -36,7 +36,7 @@ def router_load(path: Path, tokens_per_step: int, top_k: int) -> tuple[dict[str,
             if sum(counts) != tokens_per_step * top_k:
                 problems.append(f"step {record['step']} layer {layer}: {sum(counts):.0f} routings, expected "
                                 f"{tokens_per_step} tokens x top_k {top_k} = {tokens_per_step * top_k}")
-            totals[layer] = [t + c for t, c in zip(totals[layer], counts)]
+            totals[layer] = [t + c for t, c in zip(totals[layer], counts, strict=True)]
     per_layer = []
     for layer, counts in enumerate(totals):
         mean = sum(counts) / len(counts)

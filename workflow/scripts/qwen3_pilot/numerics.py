@@ -22,7 +22,8 @@ import math
 import os
 import tempfile
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 _log = logging.getLogger(__name__)
 
@@ -86,8 +87,9 @@ def rope_numerics(
 
     rows = []
     for shape in shapes:
-        reference = CosSinRoPE(CosSinRoPE.Config(dim=shape["head_dim"], max_seq_len=shape["seq"], theta=theta)).to(device)
-        replaced = HFLayoutRoPE(HFLayoutRoPE.Config(dim=shape["head_dim"], max_seq_len=shape["seq"], theta=theta)).to(device)
+        rope_args = {"dim": shape["head_dim"], "max_seq_len": shape["seq"], "theta": theta}
+        reference = CosSinRoPE(CosSinRoPE.Config(**rope_args)).to(device)
+        replaced = HFLayoutRoPE(HFLayoutRoPE.Config(**rope_args)).to(device)
         replaced.apply_rope = rope_apply or rope_titan_layout
         for dtype in dtypes:
             inputs = [t.to(device) for t in _rope_inputs(shape, _dtype(dtype), seed)]
@@ -96,7 +98,8 @@ def rope_numerics(
             tolerance = tolerances[dtype]
             if tolerance == "bf16_stepwise":
                 tolerance = bf16_stepwise_rope_bound(max(float(t.abs().max()) for t in inputs))
-            for op, got, want in zip(("rope_forward_q", "rope_forward_k", "rope_grad_q", "rope_grad_k"), actual, expected):
+            for op, got, want in zip(("rope_forward_q", "rope_forward_k", "rope_grad_q", "rope_grad_k"),
+                                     actual, expected, strict=True):
                 rows.append(comparison_row(op, dtype, want.shape, got, want, tolerance))
     return rows
 
@@ -172,7 +175,8 @@ def _rope_with_rule(seq_len: int, lnc: int) -> None:
 def seq_len_rule_problems(check: dict[str, Any]) -> list[str]:
     problems = []
     if check["good"]["raised"]:
-        problems.append(f"seq_len_rule: seq_len={check['good']['seq_len']} conforms but raised: {check['good']['error']}")
+        problems.append(f"seq_len_rule: seq_len={check['good']['seq_len']} conforms but raised: "
+                        f"{check['good']['error']}")
     if not check["bad"]["raised"]:
         problems.append(
             f"seq_len_rule: seq_len={check['bad']['seq_len']} is not a multiple of {check['required_multiple']} "
@@ -210,7 +214,7 @@ def moe_numerics(
                 candidates.append(("torchtitan.GroupedExperts", torchtitan_grouped_experts))
             for impl_name, impl in candidates:
                 actual = _experts_forward_backward(impl, torch_dtype, *inputs)
-                for op, got, want in zip(MOE_OPS, actual, expected):
+                for op, got, want in zip(MOE_OPS, actual, expected, strict=True):
                     rows.append(comparison_row(op, dtype, want.shape, got, want, tolerances[dtype],
                                                impl=impl_name, reference="looped_experts_swiglu"))
     return rows
@@ -358,7 +362,9 @@ def replaced_model_trains(
         models[kind] = copy.deepcopy(replaced)
         batches = [
             (inputs.to(device), labels.to(device))
-            for inputs, labels in token_batches(train["steps"], train["batch"], train["seq_len"], sizes["vocab"], train["seed"])
+            for inputs, labels in token_batches(
+                train["steps"], train["batch"], train["seq_len"], sizes["vocab"], train["seed"]
+            )
         ]
         started = time.perf_counter()
         reference_losses = train_losses(reference, batches, train["lr"])
@@ -371,7 +377,7 @@ def replaced_model_trains(
 
 
 def _loss_comparison(reference: list[float], replaced: list[float], tolerance: float) -> dict[str, Any]:
-    diff = max(abs(a - b) for a, b in zip(reference, replaced))
+    diff = max(abs(a - b) for a, b in zip(reference, replaced, strict=True))
     finite = all(math.isfinite(x) for x in reference + replaced)
     return {
         "losses_reference": reference,
@@ -516,8 +522,9 @@ def compile_check(
 
 def compile_problems(compile_result: dict[str, Any]) -> list[str]:
     return [
-        f"compile: {kind} ({result['backend']}): compiled vs eager logits differ by {result['logits_max_abs_diff']:.3g}, "
-        f"gradients by {result['grad_max_abs_diff']:.3g} (tolerance {result['tolerance']:.3g})"
+        f"compile: {kind} ({result['backend']}): compiled vs eager logits differ by "
+        f"{result['logits_max_abs_diff']:.3g}, gradients by {result['grad_max_abs_diff']:.3g} "
+        f"(tolerance {result['tolerance']:.3g})"
         for kind, result in compile_result["models"].items()
         if result["verdict"] != "pass"
     ]
@@ -548,7 +555,9 @@ def _kernel_numerics(config: dict[str, Any], log: Callable[[str], None]) -> dict
     trained = replaced_model_trains(train, lnc, log=log, device=device)
 
     batches = {
-        kind: token_batches(1, train["batch"], train["seq_len"], train[kind]["vocab"], train["seed"] + 100)[0][0].to(device)
+        kind: token_batches(
+            1, train["batch"], train["seq_len"], train[kind]["vocab"], train["seed"] + 100
+        )[0][0].to(device)
         for kind in ("dense", "moe")
     }
     compiled = compile_check(trained["models"], config["compile"], batches.__getitem__)

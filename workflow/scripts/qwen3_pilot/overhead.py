@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(1, args.repeats + 1):
             stage_s, launches_s, share = benchmark_outside_pct(workdir, args.snakemake_args)
             shares.append(share)
-            print(f"benchmark run {repeat}: stage {stage_s:.2f} s (Snakemake benchmark), its launches {launches_s:.2f} s: "
-                  f"{share:.2f}% of the stage's time outside them")
+            print(f"benchmark run {repeat}: stage {stage_s:.2f} s (Snakemake benchmark), "
+                  f"its launches {launches_s:.2f} s: {share:.2f}% of the stage's time outside them")
         median = statistics.median(shares)
         print(f"median share outside the launches: {median:.2f}% (limit {BENCHMARK_OUTSIDE_LIMIT_PCT:g}%)")
         return 0 if median <= BENCHMARK_OUTSIDE_LIMIT_PCT else 1
@@ -101,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             hand_s = by_hand_wall_s(args.stage, workdir, Path(scratch))
         versus_hand.append(100 * (stage_s - hand_s) / hand_s)
         outside_launches.append(100 * (stage_s - launches_s) / launches_s)
-        print(f"{args.stage} run {repeat}: stage {stage_s:.2f} s (Snakemake benchmark), its launches {launches_s:.2f} s, "
-              f"by hand {hand_s:.2f} s: {versus_hand[-1]:+.2f}% over by hand, {outside_launches[-1]:+.2f}% outside "
-              "the launches")
+        print(f"{args.stage} run {repeat}: stage {stage_s:.2f} s (Snakemake benchmark), "
+              f"its launches {launches_s:.2f} s, by hand {hand_s:.2f} s: {versus_hand[-1]:+.2f}% over by hand, "
+              f"{outside_launches[-1]:+.2f}% outside the launches")
     median = statistics.median(versus_hand)
     print(f"median overhead over launching by hand: {median:+.2f}% (limit {LIMIT_PCT:g}%); time the stage spends "
           f"outside its launches: median {statistics.median(outside_launches):+.2f}%. Launch times vary with the "

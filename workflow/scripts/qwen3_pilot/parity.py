@@ -101,7 +101,8 @@ def parity_table(
         else:
             verdict = "MISMATCH"
             problems.append(f"{field}: built {built.get(field)!r}, checkpoint config.json {checkpoint.get(field)!r}")
-        rows.append({"field": field, "built": built.get(field), "checkpoint": checkpoint.get(field), "verdict": verdict})
+        rows.append({"field": field, "built": built.get(field), "checkpoint": checkpoint.get(field),
+                     "verdict": verdict})
     return rows, problems
 
 

@@ -139,8 +139,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def format_rows(rows: list[dict[str, Any]], header: tuple[str, ...]) -> str:
     widths = [max(len(header[i]), *(len(str(r[k])) for r in rows)) for i, k in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
-    lines += ["  ".join(str(r[k]).ljust(w) for k, w in zip(header, widths)) for r in rows]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(str(r[k]).ljust(w) for k, w in zip(header, widths, strict=True)) for r in rows]
     return "\n".join(lines)
 
 

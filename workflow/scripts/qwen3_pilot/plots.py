@@ -128,7 +128,8 @@ def numerics_png(stages: list[dict[str, Any]]) -> str | None:
     for index, dtype in enumerate(dtypes):
         rows = [i * len(dtypes) + index for i, op in enumerate(ops) if dtype in largest[op]]
         present = [op for op in ops if dtype in largest[op]]
-        axes.scatter([largest[op][dtype] for op in present], rows, marker="o", label=f"{dtype}: largest |diff|", zorder=3)
+        axes.scatter([largest[op][dtype] for op in present], rows, marker="o", label=f"{dtype}: largest |diff|",
+                     zorder=3)
         axes.scatter([tolerance[op][dtype] for op in present], rows, marker="|", s=200, label=f"{dtype}: tolerance")
     axes.set_yticks([i * len(dtypes) + j for i in range(len(ops)) for j in range(len(dtypes))],
                     [f"{op} ({dtype})" for op in ops for dtype in dtypes], fontsize=7)
@@ -155,7 +156,7 @@ def benchmark_png(stages: list[dict[str, Any]]) -> str | None:
     plt = _pyplot()
     figure, panels = plt.subplots(len(recipes), 1, figsize=(8, 3.2 * len(recipes)), dpi=100, squeeze=False)
     markers = {"eager": "o", "plain": "s", "compiled_cold": "^", "compiled_warm": "v"}
-    for axes, (name, runs) in zip(panels[:, 0], recipes.items()):
+    for axes, (name, runs) in zip(panels[:, 0], recipes.items(), strict=True):
         axes.axvspan(0.5, warmup + 0.5, color="0.9", label="warm-up")
         for variant, points in runs.items():
             axes.plot([p["step"] for p in points], [p["step_time_s"] for p in points], marker=markers.get(variant, "o"),

@@ -28,8 +28,9 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -326,7 +327,8 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
         }
     # The neuron backend's entries, read at call time (a test takes one away to see the check fail).
     run_check("torchtitan_api", lambda: check_torchtitan_api(backend="neuron", entries=titan_api.TORCHTITAN_API)
-              or {"entries_checked": len(titan_api.TORCHTITAN_API), "version": titan_api.installed_torchtitan()}, checks)
+              or {"entries_checked": len(titan_api.TORCHTITAN_API), "version": titan_api.installed_torchtitan()},
+              checks)
     if config is not None:
         backend = make_backend(config, str((project / CACHE_ROOT).resolve()))
         dense_json = run_check(
@@ -392,10 +394,11 @@ def print_summary(report: dict[str, Any]) -> None:
         print(f"  {check['status']:4}  {name}" + (f": {check['error']}" if check["status"] != "pass" else ""))
     native = report["checks"].get("train_native", {}).get("figures")
     if native:
-        print(f"  train_native: {native['parameters']:,} parameters, rope_hf replaces {native['rope_hf_on_every_layer']} "
-              f"of {native['layers']} layers' RoPE")
+        print(f"  train_native: {native['parameters']:,} parameters, "
+              f"rope_hf replaces {native['rope_hf_on_every_layer']} of {native['layers']} layers' RoPE")
         for row in native["parity"]:
-            print(f"    {row['field']:24} built {row['built']!s:>12}  config.json {row['checkpoint']!s:>12}  {row['verdict']}")
+            print(f"    {row['field']:24} built {row['built']!s:>12}  "
+                  f"config.json {row['checkpoint']!s:>12}  {row['verdict']}")
     for launch in (report["checks"].get("launches", {}).get("figures") or []):
         env = " ".join(f"{key}={value}" for key, value in sorted(launch["env"].items()))
         print(f"  $ {launch['stage']} ({launch['launch']}): {env} {' '.join(launch['command'])}")

@@ -80,9 +80,8 @@ def build_plan(flavor: str, world_size: int, hbm_per_rank_gib: float, rank: int 
     from unittest import mock
 
     import torch
-    from torch.distributed.tensor import DTensor
-
     import torchtitan.distributed.parallel_dims as titan_parallel_dims
+    from torch.distributed.tensor import DTensor
     from torchtitan.config import (
         TORCH_DTYPE_MAP,
         CompileConfig,

@@ -116,7 +116,9 @@ class KernelReplacement(ModelConfigConverter):
 def kernel_converters(rules: list[dict], lnc: int | None) -> list[KernelReplacement.Config]:
     """Converter configs from the rules as config and recipes hold them: {kernel, layers, module}."""
     return [
-        KernelReplacement.Config(kernel=rule["kernel"], layers=rule.get("layers", "*"), module=rule.get("module"), lnc=lnc)
+        KernelReplacement.Config(
+            kernel=rule["kernel"], layers=rule.get("layers", "*"), module=rule.get("module"), lnc=lnc
+        )
         for rule in rules
     ]
 

@@ -78,7 +78,9 @@ def failed_ancestor(stage: str, failed: set[str]) -> str | None:
     return next((name for name, _ in STAGES if name in seen and name in failed), None)
 
 
-def failed_run_stages(results: Path, run_started: str, config: dict[str, Any], skipped: dict[str, str]) -> list[dict[str, Any]]:
+def failed_run_stages(
+    results: Path, run_started: str, config: dict[str, Any], skipped: dict[str, str]
+) -> list[dict[str, Any]]:
     """Each stage after a failed run: fail (its failure record from this run: the reason and what it
     measured), not_run when a stage it depends on failed in this run (whatever an earlier run left on disk),
     else its summary on disk, marked when it comes from an earlier run. A failure record from an earlier
@@ -220,8 +222,8 @@ def check_schema(report: dict[str, Any]) -> None:
 
     schema = json.loads(REPORT_SCHEMA.read_text())
     if schema["properties"]["schema_version"]["const"] != SCHEMA_VERSION:
-        raise ValueError(f"{REPORT_SCHEMA}: describes schema_version {schema['properties']['schema_version']['const']}, "
-                         f"the report writes {SCHEMA_VERSION}")
+        raise ValueError(f"{REPORT_SCHEMA}: describes schema_version "
+                         f"{schema['properties']['schema_version']['const']}, the report writes {SCHEMA_VERSION}")
     try:
         jsonschema.validate(json.loads(json.dumps(report, default=str)), schema)
     except jsonschema.ValidationError as error:

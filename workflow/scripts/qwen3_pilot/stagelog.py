@@ -12,8 +12,9 @@ import os
 import shutil
 import sys
 import traceback
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator, NoReturn
+from typing import NoReturn
 
 from .artifacts import check_custody
 from .backends import keep_compiler_caches_in_project
@@ -69,7 +70,7 @@ def end_stage_process() -> NoReturn:
 def keep_failed_log(path: Path) -> Path:
     """A copy of a failed job's log that outlives the rerun: Snakemake empties a job's declared log when
     the job starts again."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     kept = path.with_name(f"{path.stem}.failed-{stamp}{path.suffix}")
     shutil.copy2(path, kept)
     return kept

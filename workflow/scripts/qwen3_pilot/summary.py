@@ -13,7 +13,7 @@ STATUSES = ("pass", "fail", "not_run")
 
 
 def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
 
 # When this process's stage began its work (stagelog.stage_log sets it on entry): a summary is created at

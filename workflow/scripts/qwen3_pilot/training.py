@@ -103,7 +103,8 @@ def trainer_launch(
     """The torchrun command of one trainer launch and the environment it adds (the preflight prints these)."""
     command = backend.torchrun_command(
         python, nproc, "qwen3_pilot.in_ranks.train_entry",
-        ["--module", "qwen3_pilot.in_ranks.recipes", "--config", config_function, "--dump_folder", str(run_dir), *overrides],
+        ["--module", "qwen3_pilot.in_ranks.recipes", "--config", config_function, "--dump_folder", str(run_dir),
+         *overrides],
         rank_log_dir=rank_log_dir,
     )
     return command, {**backend.launcher_env, **(extra_env or {}), RECIPE_ENV: str(recipe_path.resolve())}
@@ -147,7 +148,8 @@ def read_steps(metrics_path: Path) -> list[dict[str, Any]]:
     steps = []
     for line in metrics_path.read_text().splitlines():
         record = json.loads(line)
-        steps.append({"step": int(record["step"]), **{name: _number(record.get(key)) for name, key in STEP_METRICS.items()}})
+        steps.append({"step": int(record["step"]),
+                      **{name: _number(record.get(key)) for name, key in STEP_METRICS.items()}})
     return steps
 
 
@@ -166,7 +168,9 @@ def check_steps(steps: list[dict[str, Any]], expected_steps: int, source: Path) 
         raise TrainingError(f"{source}: logged steps {seen}, expected 1..{expected_steps}")
 
 
-def loaded_weights_gate(loaded: float, control: float, vocab_size: int, gate: dict[str, float]) -> tuple[dict[str, Any], list[str]]:
+def loaded_weights_gate(
+    loaded: float, control: float, vocab_size: int, gate: dict[str, float]
+) -> tuple[dict[str, Any], list[str]]:
     """Step-1 loss with the fetched weights against the random-init control on the same batch."""
     ln_vocab = math.log(vocab_size)
     figures = {
@@ -264,11 +268,13 @@ def replacement_check(stage: str, run: Launch, rules: list[dict[str, str]], n_la
     }
 
 
-def loss_agreement(replaced: list[dict[str, Any]], plain: list[dict[str, Any]], tolerance: float) -> tuple[dict[str, Any], list[str]]:
+def loss_agreement(
+    replaced: list[dict[str, Any]], plain: list[dict[str, Any]], tolerance: float
+) -> tuple[dict[str, Any], list[str]]:
     """Per-step losses of the run with the kernel replacements against the same run without them."""
     rows = [
         {"step": r["step"], "loss_replaced": r["loss"], "loss_plain": p["loss"], "abs_diff": abs(r["loss"] - p["loss"])}
-        for r, p in zip(replaced, plain)
+        for r, p in zip(replaced, plain, strict=False)
     ]
     diffs = [row["abs_diff"] for row in rows]
     # max() skips a NaN that is not first (NaN compares false), so a NaN loss is made the largest on purpose.
@@ -281,7 +287,8 @@ def loss_agreement(replaced: list[dict[str, Any]], plain: list[dict[str, Any]], 
         worst = next((row for row in rows if not row["abs_diff"] <= tolerance), None)
         problems.append(
             f"losses with the kernel replacements differ from the plain run by up to {largest:.3g} "
-            f"(first past the tolerance at step {worst['step'] if worst else '?'}); kernels.loss_tolerance = {tolerance}"
+            f"(first past the tolerance at step {worst['step'] if worst else '?'}); "
+            f"kernels.loss_tolerance = {tolerance}"
         )
     return figures, problems
 

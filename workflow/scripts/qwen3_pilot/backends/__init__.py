@@ -9,9 +9,10 @@ from __future__ import annotations
 import importlib
 import os
 import subprocess
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, MutableMapping
+from typing import Any
 
 BACKENDS = ("cpu", "neuron")
 # The config keys a backend is built from: the rules pass only these (other edits leave the stages cached).

@@ -14,8 +14,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..config import expected_neuron_ranks
 from . import Backend, cache_env, multi_node_launch

@@ -1,6 +1,7 @@
 """Trainer entry point for torchrun: the backend's preparation and kernels, then torchtitan's own main().
 
-    python -m torch.distributed.run ... -m qwen3_pilot.in_ranks.train_entry --module qwen3_pilot.in_ranks.recipes --config F ...
+    python -m torch.distributed.run ... -m qwen3_pilot.in_ranks.train_entry
+        --module qwen3_pilot.in_ranks.recipes --config F ...
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ w1_EFD / w3_EFD (experts, hidden, dim), w2_EDF (experts, dim, hidden).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

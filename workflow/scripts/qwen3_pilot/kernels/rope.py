@@ -19,8 +19,8 @@ The op's contract (`qwen3_pilot::rope_hf`), that of `nkilib.core.embeddings.rope
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torchtitan.models.common.rope import CosSinRoPE

@@ -80,7 +80,8 @@ def run(
         if "plain" in runs:
             kernel_rows.append({"recipe": name, **kernel_effect(runs["eager"], runs["plain"])})
         if "compiled_cold" in runs:
-            compiled.append({"recipe": name, **compile_effect(runs["eager"], runs["compiled_cold"], runs["compiled_warm"]),
+            compiled.append({"recipe": name,
+                             **compile_effect(runs["eager"], runs["compiled_cold"], runs["compiled_warm"]),
                              "time_to_step1_s_cold": runs["compiled_cold"]["time_to_step1_s"],
                              "time_to_step1_s_warm": runs["compiled_warm"]["time_to_step1_s"]})
         if settings["cost"]:

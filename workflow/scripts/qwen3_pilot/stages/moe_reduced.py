@@ -111,7 +111,8 @@ def run(
                "taken at full width.")
             + (" The experts' replacement runs torch._grouped_mm, as torchtitan's GroupedExperts does, on every "
                "backend: its loss agreement checks the replacement itself (config swap, shared weights, dtype), "
-               "not a different kernel." if replacements and "moe_grouped_experts" in replacements["per_kernel"] else "")
+               "not a different kernel." if replacements and "moe_grouped_experts" in replacements["per_kernel"]
+               else "")
         ),
     )
     plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []

@@ -58,7 +58,8 @@ def run(
         )
 
     loaded, control = steps["fetched weights"], steps["random-init control"]
-    gate_config = {**training["gate"], "control_above_ln_vocab": training["gate"]["control_above_ln_vocab"][recipe_key(stage)]}
+    gate_config = {**training["gate"],
+                   "control_above_ln_vocab": training["gate"]["control_above_ln_vocab"][recipe_key(stage)]}
     gate, problems = loaded_weights_gate(loaded[0]["loss"], control[0]["loss"], checkpoint["vocab_size"], gate_config)
     record_measured(gate=gate, steps=loaded, control_steps=control)
     if problems:
@@ -106,15 +107,17 @@ def run(
             + replacement_proves(replacements)
         ),
         does_not_prove=(
-            f"That training improves the model: {len(loaded)} steps on a small corpus say nothing about convergence, and a "
-            "loss falling over them can be memorisation of a few batches. MFU is against "
-            + ("a measured CPU matmul peak, not an accelerator's peak; " if backend.name == "cpu" else "the published peak; ")
+            f"That training improves the model: {len(loaded)} steps on a small corpus say nothing about convergence, "
+            "and a loss falling over them can be memorisation of a few batches. MFU is against "
+            + ("a measured CPU matmul peak, not an accelerator's peak; " if backend.name == "cpu"
+               else "the published peak; ")
             + "throughput here predicts nothing about another backend."
             + (" These were tiny models on CPU ranks, not Qwen3-4B on a trn2." if backend.name == "cpu" else "")
         ),
     )
     plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []
-    summary.add_artifacts([recipe_path, parity_path, run_dir / METRICS_FILE, control_dir / METRICS_FILE, *plain, *exported])
+    summary.add_artifacts([recipe_path, parity_path, run_dir / METRICS_FILE, control_dir / METRICS_FILE, *plain,
+                           *exported])
     return summary.write(summary_path)
 
 

@@ -29,7 +29,8 @@ def run(
         figures={"live": live, "plan": fsdp_plan},
         proves=(
             f"{live['ranks_seen']} ranks on {len(live['hosts'])} host(s) ({', '.join(live['hosts'])}) joined one "
-            f"{live['dist_backend']} process group with the expected rank numbers and world size, and an all-reduce and an all-gather returned the known results on "
+            f"{live['dist_backend']} process group with the expected rank numbers and world size, and an all-reduce "
+            "and an all-gather returned the known results on "
             f"every rank. The {plan['world_size']}-way FSDP plan of the real Qwen3-{plan['flavor']} architecture "
             "(torchtitan fake process group) fits the per-rank HBM budget for parameters, gradients and AdamW state."
         ),
