@@ -118,3 +118,26 @@ def test_the_two_exports_must_hold_the_same_keys_and_dtypes(fetched, tmp_path):
     assert key_set_problems({"hf": same, "native": same})[1] == []
     assert "only in hf: ['model.norm.weight']" in key_set_problems({"hf": same, "native": fewer})[1][0]
     assert "model.norm.weight ('F32', (32,)) vs ('BF16', (32,))" in key_set_problems({"hf": same, "native": halved})[1][0]
+
+
+@pytest.mark.parametrize("max_abs_diff, argmax_agreement, problem", [
+    (1e-4 * (1 - 1e-3), 0.99 + 1e-6, None),
+    (1e-4, 0.99, None),  # at the thresholds: logits_tolerance is a bound, min_argmax_agreement a minimum
+    (1e-4 * (1 + 1e-3), 0.99 + 1e-6, "native: reloaded logits differ from torchtitan's by 1.001e-04 "
+                                     "(export_reload.logits_tolerance = 0.0001)"),
+    (1e-4 * (1 - 1e-3), 0.99 - 1e-6, "native: argmax agreement 0.9900 below export_reload.min_argmax_agreement = 0.99"),
+], ids=["within", "at", "logits-beyond", "argmax-below"])
+def test_the_reloaded_logits_are_held_to_the_tolerance_and_the_argmax_agreement(
+    fetched, tmp_path, monkeypatch, max_abs_diff, argmax_agreement, problem
+):
+    """The comparison with torchtitan's model handed in: only the two thresholds are under test."""
+    from qwen3_pilot import export_reload
+
+    compared = {"max_abs_diff": max_abs_diff, "argmax_agreement": argmax_agreement, "logits_max_abs": 3.0}
+    monkeypatch.setattr(export_reload, "torchtitan_model", lambda *args: "torchtitan's model")
+    monkeypatch.setattr(export_reload, "compare_logits", lambda model, titan, tokens: compared)
+    monkeypatch.setattr(export_reload, "greedy_generation", lambda *args: {"new_tokens": 2})
+    figures, problems, _ = check_export(recipe="native", export_dir=make_export(fetched, tmp_path / "export"),
+                                        checkpoint_dir=fetched, out_dir=tmp_path / "out", settings=SETTINGS, seed=0)
+    assert figures["logits_vs_torchtitan"]["max_abs_diff"] == max_abs_diff
+    assert problems == ([problem] if problem else [])

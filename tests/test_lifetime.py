@@ -1,50 +1,80 @@
-"""A process that asked to die with its parent does, even in a session of its own (as torchrun starts ranks)."""
+"""A process that asked to die with its parent does, even in a session of its own (as torchrun starts ranks).
+
+No sleeps and no races: the rank says when its request is made, and after its launcher is killed and reaped
+the test asks it to answer over a pipe. The kernel sends the rank its SIGKILL while the launcher exits, before
+the launcher can be reaped, so by then a rank that asked is dead (the pipe reads end of file) and one that did
+not still answers."""
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
 
+# The launcher starts the rank in a session of its own; the rank inherits the launcher's stdin and stdout,
+# the test's pipes. The launcher then waits for its signal.
 LAUNCHER = """
-import subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", {child!r}], start_new_session=True)
-print(child.pid, flush=True)
-time.sleep(60)
+import signal, subprocess, sys
+subprocess.Popen([sys.executable, "-c", {child!r}], start_new_session=True)
+signal.pause()
 """
-RANK = "from qwen3_pilot.lifetime import die_with_parent; import time; assert die_with_parent(); time.sleep(60)"
-PLAIN_RANK = "import time; time.sleep(60)"
+ANSWER = """
+import os, sys
+print("ready", os.getpid(), flush=True)
+for line in sys.stdin:
+    print("alive:", line.strip(), flush=True)
+"""
+RANK = "from qwen3_pilot.lifetime import die_with_parent\nassert die_with_parent()\n" + ANSWER
+PLAIN_RANK = ANSWER
+# Only so that a test that went wrong cannot hang the suite: nothing is asserted about time.
+NEVER_HANG_S = 120
 
 
-def alive(pid: int) -> bool:
+class Lines:
+    """Lines from a pipe, read unbuffered (so that select sees every byte not yet read); "" at end of file."""
+
+    def __init__(self, fd: int):
+        self.fd, self.pending = fd, b""
+
+    def next(self) -> str:
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([self.fd], [], [], NEVER_HANG_S)
+            assert ready, f"nothing from the rank in {NEVER_HANG_S} s"
+            chunk = os.read(self.fd, 4096)
+            if not chunk:
+                return self.pending.decode()
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return line.decode() + "\n"
+
+
+def rank_answers_after_launcher_killed(child_code: str) -> bool:
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER.format(child=child_code)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+    lines = Lines(launcher.stdout.fileno())
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def rank_after_launcher_killed(child_code: str) -> bool:
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER.format(child=child_code)], stdout=subprocess.PIPE,
-                                text=True)
-    rank = int(launcher.stdout.readline())
-    time.sleep(1.0)  # the rank has made its request
-    launcher.send_signal(signal.SIGKILL)
-    launcher.wait()
-    deadline = time.monotonic() + 5
-    while alive(rank) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    still_alive = alive(rank)
-    if still_alive:
-        os.kill(rank, signal.SIGKILL)
-    return still_alive
-
+        assert lines.next().startswith("ready ")  # printed after the rank's request, if it makes one
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()  # reaped: the kernel has sent a rank that asked its SIGKILL
+        try:
+            os.write(launcher.stdin.fileno(), b"ping\n")
+        except BrokenPipeError:  # the rank has exited: nobody left to read it
+            return False
+        answer = lines.next()
+        assert answer in ("", "alive: ping\n"), answer
+        return answer == "alive: ping\n"
+    finally:
+        launcher.kill()
+        launcher.wait()
+        # End of file on its stdin ends a rank that is still alive (its launcher is gone: nobody else holds it).
+        launcher.stdin.close()
+        launcher.stdout.close()
 
 def test_a_rank_dies_with_its_launcher():
-    assert not rank_after_launcher_killed(RANK)
+    assert not rank_answers_after_launcher_killed(RANK)
 
 
 def test_without_it_a_rank_outlives_its_launcher():
-    assert rank_after_launcher_killed(PLAIN_RANK)
+    assert rank_answers_after_launcher_killed(PLAIN_RANK)

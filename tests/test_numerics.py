@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from conftest import default_config
 
-torch = pytest.importorskip("torch")
-
-from qwen3_pilot import numerics  # noqa: E402
-from qwen3_pilot.config import deep_update  # noqa: E402
-from qwen3_pilot.kernels import parse_replacement_lines  # noqa: E402
-from qwen3_pilot.kernels import rope as rope_kernel  # noqa: E402
-from qwen3_pilot.kernels.moe import grouped_experts_swiglu  # noqa: E402
+from qwen3_pilot import numerics
+from qwen3_pilot.config import deep_update
+from qwen3_pilot.kernels import parse_replacement_lines
+from qwen3_pilot.kernels import rope as rope_kernel
+from qwen3_pilot.kernels.moe import grouped_experts_swiglu
 
 ROPE_SHAPES = [
     {"batch": 1, "seq": 256, "heads": 4, "kv_heads": 4, "head_dim": 32},
@@ -58,6 +57,44 @@ def permuted_experts(x, counts, w1, w2, w3, compute_dtype=torch.bfloat16):
 
 def failed(rows):
     return [row for row in rows if row["verdict"] != "pass"]
+
+
+# ---- each comparison at its tolerance: a difference just within passes, just beyond fails ----
+
+TOLERANCE = 2.0**-10
+# Exact in float32, where max_abs_diff measures: a difference of the tolerance plus or minus 2^-8 of it.
+WITHIN, BEYOND = TOLERANCE - 2.0**-18, TOLERANCE + 2.0**-18
+
+
+@pytest.mark.parametrize("difference, verdict", [(WITHIN, "pass"), (TOLERANCE, "pass"), (BEYOND, "fail")])
+def test_a_comparison_row_holds_the_largest_difference_to_its_tolerance(difference, verdict):
+    row = numerics.comparison_row("rope_forward_q", "float32", [2], torch.tensor([0.5, 1.0 + difference]),
+                                  torch.tensor([0.5, 1.0]), TOLERANCE)
+    assert (row["max_abs_diff"], row["verdict"]) == (difference, verdict)
+    assert len(numerics.row_problems("rope", [row])) == (verdict == "fail")
+
+
+@pytest.mark.parametrize("difference, verdict", [(1e-4 * (1 - 1e-3), "pass"), (1e-4 * (1 + 1e-3), "fail")])
+def test_a_tiny_models_losses_are_held_to_train_loss_tolerance(difference, verdict):
+    run = numerics._loss_comparison([5.0, 4.9], [5.0, 4.9 + difference], tolerance=1e-4)
+    assert run["verdict"] == verdict
+    assert len(numerics.train_problems({"dense": run})) == (verdict == "fail")
+
+
+@pytest.mark.parametrize("logits_difference, grad_difference, verdict", [
+    (WITHIN, WITHIN, "pass"), (BEYOND, WITHIN, "fail"), (WITHIN, BEYOND, "fail"),
+])
+def test_compiled_against_eager_holds_logits_and_gradients_to_the_compile_tolerance(
+    monkeypatch, logits_difference, grad_difference, verdict
+):
+    """The two runs' logits and gradients handed in (eager first): only the comparison is under test."""
+    runs = iter([(torch.zeros(2), {"w": torch.zeros(2)}),
+                 (torch.tensor([0.0, logits_difference]), {"w": torch.tensor([grad_difference, 0.0])})])
+    monkeypatch.setattr(numerics, "_logits_and_grads", lambda model, inputs: next(runs))
+    result = numerics.compiled_matches_eager(torch.nn.Linear(2, 2), None, "eager", TOLERANCE)
+    assert (result["logits_max_abs_diff"], result["grad_max_abs_diff"]) == (logits_difference, grad_difference)
+    assert result["verdict"] == verdict
+    assert len(numerics.compile_problems({"models": {"dense": result}})) == (verdict == "fail")
 
 
 # ---- RoPE ----

@@ -1,4 +1,5 @@
-"""Stage logs: a failure reaches the console and its log is kept past Snakemake's rerun."""
+"""Stage logs: a failure reaches the console and its log is kept past Snakemake's rerun; an input changed since
+its producer recorded it stops the stage before its work (the chain of custody)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,40 @@ def test_a_job_that_succeeds_leaves_only_its_log(tmp_path, monkeypatch):
     with stage_log(log_path) as log:
         log.info("done")
     assert [p.name for p in tmp_path.iterdir()] == ["ok.log"]
+
+
+def test_a_stage_whose_input_changed_after_its_producer_recorded_it_fails_before_its_work(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """The chain of custody at a stage's start: one changed byte in a file its producer recorded stops the
+    stage before its body runs, naming the file; the same inputs untouched let it run."""
+    import logging
+
+    from qwen3_pilot.artifacts import CustodyError, sha256_file, write_recorded_json
+    from qwen3_pilot.backends import COMPILER_CACHE_KEYS
+
+    monkeypatch.chdir(tmp_path)  # the workflow folder: results/ is where recorded files live
+    for key in COMPILER_CACHE_KEYS:  # stage_log points these at the project's caches; restored after the test
+        monkeypatch.setenv(key, str(tmp_path / "caches" / key))
+    weights = tmp_path / "results" / "fetch_weights" / "weights.bin"
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"\x00\x01\x02\x03")
+    recorded = sha256_file(weights)
+    write_recorded_json(weights.with_name("summary.json"), {"stage": "fetch_weights", "artifacts": [
+        {"path": "results/fetch_weights/weights.bin", "bytes": 4, "sha256": recorded}]})
+    consumes = ["results/fetch_weights/weights.bin", "results/fetch_weights/summary.json"]  # a job's inputs
+    ran = []
+    try:
+        with stage_log("logs/train_native/train_native.log", consumes):
+            ran.append("untouched")
+        weights.write_bytes(b"\x00\x01\x02\x04")
+        with pytest.raises(CustodyError, match=f"results/fetch_weights/weights.bin: fetch_weights recorded sha256 "
+                                               f"{recorded}, the file now has {sha256_file(weights)}"):
+            with stage_log("logs/train_native/train_native.log", consumes):
+                ran.append("changed")
+    finally:
+        logging.getLogger().handlers.clear()  # stage_log's handler writes to the closed log file
+    assert ran == ["untouched"]  # the stage's work never started on the changed input
+    assert "CustodyError" in capsys.readouterr().err
 
 
 ENDING_STAGE = """

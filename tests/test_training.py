@@ -167,3 +167,62 @@ def test_loss_agreement_compares_every_step():
     assert problems and "differ" in problems[0]
     _, problems = loss_agreement(steps_of(5.0), steps_of(5.0, 4.8), tolerance=1e-4)
     assert problems == ["the replaced run logged 1 steps, the plain run 2"]
+
+
+# ---- each gate at its threshold: a figure just within passes, just beyond fails ----
+
+# Far above float64 rounding at these magnitudes, far below any threshold the config sets.
+JUST = 1e-9
+
+
+@pytest.mark.parametrize("gap, passes", [(1.0 + JUST, True), (1.0, True), (1.0 - JUST, False)])
+def test_the_loaded_weights_gate_holds_the_gap_to_training_gate_min_gap(gap, passes):
+    control = 12.0  # inside the band around ln(151936) = 11.93
+    figures, problems = loaded_weights_gate(control - gap, control, 151936, GATE)  # min_gap 1.0
+    assert figures["min_gap"] == 1.0
+    if passes:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and "by training.gate.min_gap = 1.0 (gap 1.0000)" in problems[0]
+
+
+LN_VOCAB = math.log(151936)
+
+
+@pytest.mark.parametrize("control, passes", [
+    (LN_VOCAB - 0.5 + JUST, True), (LN_VOCAB - 0.5 - JUST, False),  # control_below_ln_vocab = 0.5
+    (LN_VOCAB + 1.5 - JUST, True), (LN_VOCAB + 1.5 + JUST, False),  # control_above_ln_vocab = 1.5
+])
+def test_the_loaded_weights_gate_holds_the_control_to_its_band_around_ln_vocab(control, passes):
+    _, problems = loaded_weights_gate(control - 5.0, control, 151936, GATE)
+    if passes:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and "the control is not an uninformed model" in problems[0]
+
+
+@pytest.mark.parametrize("difference, passes", [(1e-4 * (1 - 1e-3), True), (1e-4 * (1 + 1e-3), False)])
+def test_loss_agreement_holds_every_step_to_kernels_loss_tolerance(difference, passes):
+    _, problems = loss_agreement(steps_of(5.0, 4.9 + difference), steps_of(5.0, 4.9), tolerance=1e-4)
+    if passes:
+        assert problems == []
+    else:
+        assert problems == ["losses with the kernel replacements differ from the plain run by up to 0.0001 (first past "
+                            "the tolerance at step 2); kernels.loss_tolerance = 0.0001"]
+
+
+@pytest.mark.parametrize("difference, passes", [(1e-3 * (1 - 1e-3), True), (1e-3 * (1 + 1e-3), False)])
+def test_compare_recipes_holds_the_step1_losses_to_recipe_agreement_tolerance(tmp_path, monkeypatch, difference,
+                                                                            passes):
+    monkeypatch.chdir(tmp_path)  # a failure record goes to results/failures/
+    mark_stage_started()
+    hf = write_gate_summary(tmp_path / "hf.json", 5.6, 11.6)
+    native = write_gate_summary(tmp_path / "native.json", 5.6 + difference, 7.6)
+    compare = lambda: compare_recipes(hf_summary=hf, native_summary=native, tolerance=1e-3,  # noqa: E731
+                                      backend="cpu", summary_path=tmp_path / "summary.json")
+    if passes:
+        assert compare()["status"] == "pass"
+    else:
+        with pytest.raises(TrainingError, match=r"step-1 losses differ by 0\.001001 .*"
+                                                r"training\.recipe_agreement_tolerance = 0\.001"):
+            compare()

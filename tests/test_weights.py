@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub.errors import LocalEntryNotFoundError
 from safetensors.torch import save_file
 
 from qwen3_pilot.artifacts import ChecksumError, sha256_file
@@ -101,7 +102,9 @@ def test_an_index_naming_a_missing_tensor_is_refused(tmp_path, published):
 
 def test_an_unknown_revision_fails_offline(tmp_path, published):
     cache, _ = publish(published, tmp_path)
-    with pytest.raises(Exception, match="Cannot find an appropriate cached snapshot"):
+    # huggingface_hub's own error for a revision its offline cache lacks (local_files_only=True).
+    with pytest.raises(LocalEntryNotFoundError, match="Cannot find an appropriate cached snapshot folder for the "
+                                                      "specified revision on the local disk"):
         fetch_weights(repo_id=REPO, revision="v9", cache_dir=cache, allow_patterns=ALLOW, offline=True,
                       out_dir=tmp_path / "checkpoint")
     assert not Path(tmp_path / "checkpoint").exists()

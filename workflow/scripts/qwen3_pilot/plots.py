@@ -1,7 +1,8 @@
 """The report's plots, from the stage summaries' figures: loss per step with the controls, router load per
 expert per layer, kernel numerics per op and dtype. Each is a PNG returned as base64 for an <img> data URI
 (it carries no markup into the page, and the page stays one self-contained file), or None when the run has
-nothing to plot. matplotlib with the Agg backend, imported when a plot is drawn."""
+nothing to plot. Each `*_png` encodes what its `*_figure` draws (a matplotlib Figure, or None), so the tests
+read the drawn data from the figure. matplotlib with the Agg backend, imported when a plot is drawn."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def _png(figure) -> str:
     figure.savefig(buffer, format="png")
     _pyplot().close(figure)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _encoded(figure) -> str | None:
+    return None if figure is None else _png(figure)
 
 
 def loss_series(stages: list[dict[str, Any]]) -> tuple[dict[str, list[tuple[int, float]]], list[tuple[str, str]]]:
@@ -52,6 +57,10 @@ def loss_series(stages: list[dict[str, Any]]) -> tuple[dict[str, list[tuple[int,
 
 
 def loss_curves_png(stages: list[dict[str, Any]]) -> str | None:
+    return _encoded(loss_curves_figure(stages))
+
+
+def loss_curves_figure(stages: list[dict[str, Any]]):
     """Top: loss per step of every curve, each with its own line style and marker, drawn from large hollow
     markers to small filled ones so that curves lying on each other are all visible. Bottom: the difference
     within each pair expected to coincide, so that "they coincide" is read as a measured zero line, not as a
@@ -88,10 +97,14 @@ def loss_curves_png(stages: list[dict[str, Any]]) -> str | None:
     else:
         bottom.text(0.5, 0.5, "no pair expected to coincide in this run", ha="center", transform=bottom.transAxes)
     bottom.grid(alpha=0.3)
-    return _png(figure)
+    return figure
 
 
 def router_load_png(stages: list[dict[str, Any]]) -> str | None:
+    return _encoded(router_load_figure(stages))
+
+
+def router_load_figure(stages: list[dict[str, Any]]):
     """Tokens routed to each expert of each MoE layer over the run, relative to an even share (1.0)."""
     moe = next((s for s in stages if s["stage"] == "moe_reduced" and s["status"] == "pass"), None)
     if moe is None or not moe["figures"].get("router_load"):
@@ -106,10 +119,14 @@ def router_load_png(stages: list[dict[str, Any]]) -> str | None:
     axes.set_xlabel("expert")
     axes.set_title(f"{moe['stage']}: tokens routed per expert / even share (1.0 = balanced)")
     figure.colorbar(image, ax=axes, fraction=0.03)
-    return _png(figure)
+    return figure
 
 
 def numerics_png(stages: list[dict[str, Any]]) -> str | None:
+    return _encoded(numerics_figure(stages))
+
+
+def numerics_figure(stages: list[dict[str, Any]]):
     """The largest difference from PyTorch per op and dtype (over the shapes checked), with its tolerance; a
     symmetric-log axis so that an exact 0 is drawn, at 0."""
     numerics = next((s for s in stages if s["stage"] == "kernel_numerics" and s["status"] == "pass"), None)
@@ -139,10 +156,14 @@ def numerics_png(stages: list[dict[str, Any]]) -> str | None:
     axes.invert_yaxis()
     axes.legend(fontsize=7, loc="lower right")
     axes.grid(alpha=0.3, axis="x")
-    return _png(figure)
+    return figure
 
 
 def benchmark_png(stages: list[dict[str, Any]]) -> str | None:
+    return _encoded(benchmark_figure(stages))
+
+
+def benchmark_figure(stages: list[dict[str, Any]]):
     """Step time per step of each benchmarked recipe, one panel per recipe, a line per run (eager,
     plain kernels, compiled with a cold and a warm cache), the warm-up steps shaded; log scale, so that a
     compiled step 1 of tens of seconds and steady steps of a tenth of one share the axis."""
@@ -167,7 +188,7 @@ def benchmark_png(stages: list[dict[str, Any]]) -> str | None:
         axes.set_ylabel("seconds (log)")
         axes.legend(fontsize=7)
         axes.grid(alpha=0.3)
-    return _png(figure)
+    return figure
 
 
 # Figures a plot draws in full, by the stage (and the plot's place in the report): the page shows the plot
