@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -100,8 +105,43 @@ def workspace(tmp_path: Path):
     return lambda overlay=None: make_workspace(tmp_path / "ws", overlay)
 
 
+# The fixtures of the shared pipeline run: a test that uses one is an end-to-end test, marked so here.
+SHARED_RUN_FIXTURES = {"pipeline_run", "completed_run", "copy_of_run"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SHARED_RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
 def output(result: subprocess.CompletedProcess) -> str:
     return result.stdout + result.stderr
+
+
+# The FSDP plans computed in this session, by run_plan_subprocess's arguments.
+_PLANS: dict[tuple, dict] = {}
+
+
+@pytest.fixture
+def plan_once(monkeypatch):
+    """qwen3_pilot.rank_plan.run_plan_subprocess computed once per session for each set of arguments (a
+    64-rank plan takes a fresh interpreter about 10 s; every preflight asks for the same one); each caller still
+    gets the plan written to its own out_path. test_rank_plan.py tests the real subprocess and its file."""
+    from qwen3_pilot import rank_plan
+
+    real = rank_plan.run_plan_subprocess
+
+    def cached(flavor, world_size, hbm_per_rank_gib, out_path, python=sys.executable, *, rank=0):
+        key = (flavor, world_size, hbm_per_rank_gib, python, rank)
+        if key not in _PLANS:
+            _PLANS[key] = real(flavor, world_size, hbm_per_rank_gib, out_path, python, rank=rank)
+        else:
+            Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(out_path).write_text(json.dumps(_PLANS[key]))
+        return copy.deepcopy(_PLANS[key])
+
+    monkeypatch.setattr(rank_plan, "run_plan_subprocess", cached)
 
 
 # The e2e tests' config: 2 gloo ranks, the offline corpus, a small fixture.
@@ -113,18 +153,100 @@ SMALL = {
 }
 
 
+SLURM_CLUSTER = PROJECT / "tests" / "slurm" / "cluster.sh"
+# What test_slurm.py reads back from SLURM's accounting for the shared run (sacct -o ...).
+SACCT_FIELDS = ("JobID", "Comment", "State", "NNodes", "AllocCPUS", "ReqMem", "Timelimit")
+
+
+def slurm_unavailable() -> str | None:
+    """Why the test SLURM cluster cannot run on this machine, or None when it can."""
+    missing = [tool for tool in ("nsenter", "ip") if shutil.which(tool) is None]
+    if os.geteuid() != 0 or missing:
+        return f"needs root and nsenter, ip to run the SLURM daemons (uid {os.geteuid()}, missing: {missing or 'none'})"
+    return None
+
+
+@contextmanager
+def slurm_cluster(state: Path):
+    """tests/slurm/cluster.sh's one-node cluster for the block; yields the prefix that runs a command in its
+    network namespace. Stopped however the block ends: a client config left behind without its controller
+    stalls every later Snakemake start."""
+    try:
+        started = subprocess.run([str(SLURM_CLUSTER), "start", str(state)], capture_output=True, text=True,
+                                 timeout=600)
+        assert started.returncode == 0, output(started)[-4000:]
+        values = dict(line.split("=", 1) for line in started.stdout.splitlines() if "=" in line)
+        yield ["nsenter", f"--net=/run/netns/{values['NETNS']}"]
+    finally:
+        subprocess.run([str(SLURM_CLUSTER), "stop", str(state)], capture_output=True, timeout=120)
+
+
+def in_cluster(prefix: list[str], *command: str, cwd: Path | None = None, timeout: float = 60):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([*prefix, *command], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@dataclass
+class PipelineRun:
+    """The shared run: its workspace and, when it ran under SLURM, what SLURM recorded of it."""
+
+    workspace: Path
+    # sacct's rows for the run's jobs ({field: value} per SACCT_FIELDS) and the node as SLURM saw it.
+    slurm_jobs: list[dict[str, str]] | None = None
+    slurm_node: str | None = None
+
+
+def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
+    """The pipeline through `--profile profiles/slurm` on the test cluster, SLURM's accounting of it read back
+    before the cluster stops."""
+    with slurm_cluster(state) as prefix:
+        result = in_cluster(prefix, sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
+                            "results/report.html", "--configfile", "config/test.yaml", cwd=ws, timeout=1500)
+        assert result.returncode == 0, output(result)[-8000:]
+        run_id = re.search(r"SLURM run ID: (\S+)", output(result)).group(1)
+        # The plugin names every job of a run by the run's id.
+        records = in_cluster(prefix, "sacct", "-X", "-n", "-P", "--name", run_id, "-o", ",".join(SACCT_FIELDS))
+        node = in_cluster(prefix, "scontrol", "show", "node", "-o").stdout
+    jobs = [dict(zip(SACCT_FIELDS, line.split("|"), strict=True)) for line in records.stdout.splitlines()]
+    return PipelineRun(ws, slurm_jobs=jobs, slurm_node=node)
+
+
 @pytest.fixture(scope="session")
-def completed_run(tmp_path_factory):
-    """The whole DAG once on a small cpu config; tests that change it work on a copy (`copy_of_run`)."""
-    ws = make_workspace(tmp_path_factory.mktemp("e2e") / "ws", SMALL)
+def pipeline_run(tmp_path_factory) -> PipelineRun:
+    """The whole DAG once on a small cpu config, the one pipeline run every end-to-end check reads: through
+    the SLURM executor on the test cluster where one can run (root; CI requires it with REQUIRE_SLURM),
+    otherwise with Snakemake's local executor."""
+    root = tmp_path_factory.mktemp("e2e")
+    ws = make_workspace(root / "ws", SMALL)
+    reason = slurm_unavailable()
+    if reason is None:
+        return run_under_slurm(ws, root / "slurm")
+    if os.environ.get("REQUIRE_SLURM"):
+        pytest.fail(f"REQUIRE_SLURM is set: {reason}")
     result = run_snakemake(ws, "--cores", "2", "results/report.html")
     assert result.returncode == 0, output(result)[-6000:]
-    return ws
+    return PipelineRun(ws)
+
+
+@pytest.fixture(scope="session")
+def completed_run(pipeline_run) -> Path:
+    """The shared run's workspace; tests that change it work on a copy (`copy_of_run`)."""
+    return pipeline_run.workspace
+
+
+# .cache/ folders a copy of the run leaves out: torch.compile's caches and the ranks' TMPDIR.
+UNCOPIED_CACHES = {"torchinductor", "triton", "tmp"}
 
 
 @pytest.fixture
 def copy_of_run(completed_run, tmp_path):
-    """A throwaway copy of the completed workspace (results, logs and Snakemake's metadata included)."""
+    """A throwaway copy of the completed workspace (results, logs and Snakemake's metadata included), without
+    the compile and temp caches under .cache/ (over 300 MB that no rerun of a stage needs: they refill)."""
     copy = tmp_path / "ws"
-    shutil.copytree(completed_run, copy, symlinks=True)
+    caches = completed_run / ".cache"
+
+    def skip_caches(folder: str, names: list[str]) -> list[str]:
+        return [name for name in names if name in UNCOPIED_CACHES] if Path(folder) == caches else []
+
+    shutil.copytree(completed_run, copy, symlinks=True, ignore=skip_caches)
     return copy

@@ -13,6 +13,8 @@ from qwen3_pilot import titan_api
 from qwen3_pilot.preflight import DEFAULT_MODEL_CONFIGS, preflight
 
 TRN2 = PROJECT / "config" / "trn2.yaml"
+# Every preflight here checks the same 64-rank FSDP plan: computed once (conftest.plan_once).
+pytestmark = pytest.mark.usefixtures("plan_once")
 
 
 def run(tmp_path, overlay: dict | None = None):
