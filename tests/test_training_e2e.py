@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import SNAKEMAKE, output, run_snakemake
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.torchrun]
 
 CHECKPOINT = "results/fetch_weights/checkpoint"
 
@@ -63,6 +63,18 @@ def first_key(path, suffix):
         return next(k for k in handle.keys() if k.endswith(suffix))
 
 
+def failed_relaunch(ws, stage, tmp_path, *, recipe=None, env=None) -> str:
+    """The stage's recorded trainer launch again for 1 step, by hand (training.relaunch) with `recipe` over its
+    recipe and `env` over its environment, expected to fail: what it printed and the first rank error. The
+    Snakemake-level failure of each kind is tested once below (a wrong shape, a killed run, a failed gate)."""
+    from qwen3_pilot.training import relaunch
+
+    launch = relaunch(ws, stage, "run", tmp_path / "relaunch", added_env=env,
+                      recipe_changes={"steps": 1, "warmup_steps": 1, **(recipe or {})})
+    assert launch.returncode != 0, launch.output()[-3000:]
+    return launch.output() + (launch.rank_error() or "")
+
+
 def test_a_tensor_of_the_wrong_shape_fails_the_stage_and_is_named(copy_of_run):
     weights = copy_of_run / CHECKPOINT / "model.safetensors"
     key = first_key(weights, "mlp.gate_proj.weight")
@@ -82,14 +94,13 @@ def test_a_tensor_of_the_wrong_shape_fails_the_stage_and_is_named(copy_of_run):
     assert expected in output(result), output(result)[-3000:]
 
 
-def test_a_missing_tensor_fails_the_stage_and_is_named(copy_of_run):
-    weights = copy_of_run / CHECKPOINT / "model.safetensors"
-    key = first_key(weights, "self_attn.k_norm.weight")
-    edit_safetensors(weights, lambda t: t.pop(key))
-    as_fetched(copy_of_run, weights)
-    result = rerun(copy_of_run, "train_hf")
-    assert result.returncode != 0
-    assert key in output(result), output(result)[-3000:]
+def test_a_missing_tensor_fails_the_launch_and_is_named(completed_run, tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(completed_run / CHECKPOINT, checkpoint)
+    key = first_key(checkpoint / "model.safetensors", "self_attn.k_norm.weight")
+    edit_safetensors(checkpoint / "model.safetensors", lambda t: t.pop(key))
+    text = failed_relaunch(completed_run, "train_hf", tmp_path, recipe={"checkpoint": str(checkpoint)})
+    assert key in text, text[-3000:]
 
 
 def test_a_native_model_with_another_rope_theta_fails_before_training(copy_of_run):
@@ -111,37 +122,6 @@ def test_a_native_model_with_another_rope_theta_fails_before_training(copy_of_ru
     assert any(row["field"] == "rope_theta" and row["verdict"] == "MISMATCH" for row in parity["rows"])
 
 
-def test_a_killed_run_reruns_from_the_fetched_weights(copy_of_run, tmp_path):
-    clean_loss = step1_loss(copy_of_run, "train_native")
-    saved_step = tmp_path / "step-10"
-    shutil.copytree(copy_of_run / "results" / "train_native" / "run" / "checkpoint" / "step-10", saved_step)
-    run_dir = copy_of_run / "results" / "train_native" / "run"
-    log = copy_of_run / "logs" / "train_native" / "train_native.log"
-    command = [SNAKEMAKE, "--cores", "2", "results/train_native/summary.json", "--force",
-               "--configfile", "config/test.yaml"]
-    shutil.rmtree(run_dir)  # so that the metrics watched below are the new run's
-    snakemake = subprocess.Popen(command, cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
-    while not ((run_dir / "launcher.pid").exists() and _metric_lines(run_dir) >= 2):
-        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before it could be killed"
-        time.sleep(0.2)
-    os.kill(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)  # torchrun, mid-training
-    stdout, _ = snakemake.communicate(timeout=300)
-    assert snakemake.returncode != 0
-    assert "torchrun was killed by signal 9" in stdout, stdout[-3000:]
-    assert "torchrun was killed by signal 9" in log.read_text()
-
-    # What torchtitan would resume from instead of the fetched weights: a checkpoint in the run folder.
-    (run_dir / "checkpoint").mkdir(parents=True, exist_ok=True)
-    shutil.copytree(saved_step, run_dir / "checkpoint" / "step-10", dirs_exist_ok=True)
-    result = run_snakemake(copy_of_run, "--cores", "2", "results/train_native/summary.json", "--rerun-incomplete")
-    assert result.returncode == 0, output(result)[-3000:]
-    assert step1_loss(copy_of_run, "train_native") == pytest.approx(clean_loss, abs=1e-6)
-    # Snakemake empties the job's log on the rerun; the failed run's log was kept beside it.
-    kept = list(log.parent.glob("train_native.failed-*.log"))
-    assert len(kept) == 1 and "torchrun was killed by signal 9" in kept[0].read_text()
-
-
 def _metric_lines(run_dir):
     metrics = run_dir / "metrics.jsonl"
     return len(metrics.read_text().splitlines()) if metrics.exists() else 0
@@ -157,19 +137,15 @@ WORKAROUNDS = [
 
 
 @pytest.mark.parametrize("stage, workaround, error", WORKAROUNDS, ids=[w for _, w, _ in WORKAROUNDS])
-def test_each_cpu_workaround_is_needed(copy_of_run, stage, workaround, error):
-    result = rerun(copy_of_run, stage, env={"QWEN3_PILOT_SKIP_CPU_WORKAROUNDS": workaround})
-    assert result.returncode != 0
-    assert error in output(result), output(result)[-3000:]
+def test_each_cpu_workaround_is_needed(completed_run, tmp_path, stage, workaround, error):
+    text = failed_relaunch(completed_run, stage, tmp_path, env={"QWEN3_PILOT_SKIP_CPU_WORKAROUNDS": workaround})
+    assert error in text, text[-3000:]
 
 
-def test_flex_attention_in_the_hf_recipe_fails_on_cpu(copy_of_run):
+def test_flex_attention_in_the_hf_recipe_fails_on_cpu(completed_run, tmp_path):
     """Why training.attention is sdpa: torchtitan's transformers backend routes attention through flex."""
-    set_config(copy_of_run, lambda c: c.setdefault("training", {}).update({"attention": "flex"}))
-    result = rerun(copy_of_run, "train_hf")
-    assert result.returncode != 0
-    assert "FlexAttention does not support backward on CPU" in output(result), output(result)[-3000:]
-
+    text = failed_relaunch(completed_run, "train_hf", tmp_path, recipe={"attention": "flex"})
+    assert "FlexAttention does not support backward on CPU" in text, text[-3000:]
 
 
 def set_config(ws, change):
@@ -180,15 +156,17 @@ def set_config(ws, change):
 
 
 @pytest.mark.parametrize("module, named", [
-    ("moe.*experts*", "2 modules match in layer 0: layers.0.moe.routed_experts, layers.0.moe.routed_experts.inner_experts"),
+    ("moe.*experts*", "2 modules match in layer 0: layers.0.moe.routed_experts, "
+                      "layers.0.moe.routed_experts.inner_experts"),
     ("moe.experts_renamed", "no module matches in layer(s) 0, 1, 2, 3"),
 ], ids=["two_in_a_layer", "none_in_a_layer"])
-def test_a_replacement_pattern_that_is_not_one_per_layer_fails_moe_reduced(copy_of_run, module, named):
-    set_config(copy_of_run, lambda c: c.setdefault("kernels", {}).setdefault("rules", {}).update(
-        {"moe_grouped_experts": {"module": module}}))
-    result = rerun(copy_of_run, "moe_reduced")
-    assert result.returncode != 0
-    assert named in output(result), output(result)[-3000:]
+def test_a_replacement_pattern_that_is_not_one_per_layer_fails_moe_reduced(completed_run, tmp_path, module, named):
+    recipe = json.loads((completed_run / "results" / "moe_reduced" / "recipe.json").read_text())
+    rules = [{**rule, "module": module} if rule["kernel"] == "moe_grouped_experts" else rule
+             for rule in recipe["replacements"]]
+    assert rules != recipe["replacements"]
+    text = failed_relaunch(completed_run, "moe_reduced", tmp_path, recipe={"replacements": rules})
+    assert named in text, text[-3000:]
 
 
 def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(copy_of_run):
@@ -204,7 +182,7 @@ def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(copy_of
     assert agreement["max_abs_loss_diff"] <= agreement["tolerance"] == 1e-4
     # The same losses as the earlier run of the plain recipe, from the same weights and batches.
     replaced_losses = [s["loss"] for s in figures["steps"]]
-    assert max(abs(a - b) for a, b in zip(replaced_losses, plain_losses)) <= 1e-4
+    assert max(abs(a - b) for a, b in zip(replaced_losses, plain_losses, strict=True)) <= 1e-4
 
 
 def trainer_processes(ws) -> list[int]:
@@ -223,18 +201,45 @@ def trainer_processes(ws) -> list[int]:
     return pids
 
 
-def test_ctrl_c_stops_every_rank_and_the_plain_command_then_completes(copy_of_run):
-    run_dir = copy_of_run / "results" / "train_native" / "run"
-    shutil.rmtree(run_dir)  # so that the metrics watched below are the new run's
+def start_training(ws, run_dir) -> subprocess.Popen:
+    """Snakemake forcing train_native in its own process group (as a terminal runs a foreground command, so
+    that Ctrl-C is SIGINT to the group), once the run has logged `steps` steps: mid-training."""
+    shutil.rmtree(run_dir, ignore_errors=True)  # so that the metrics watched are the new run's
     command = [SNAKEMAKE, "--cores", "2", "results/train_native/summary.json", "--force", "--configfile",
                "config/test.yaml"]
-    # Its own process group, as a terminal gives a foreground command: Ctrl-C is SIGINT to that group.
-    snakemake = subprocess.Popen(command, cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, start_new_session=True)
-    deadline = time.monotonic() + 300
-    while _metric_lines(run_dir) < 1:
-        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before the interrupt"
+    return subprocess.Popen(command, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def wait_for_steps(snakemake, run_dir, steps):
+    deadline = time.monotonic() + 300  # a hang guard, not a figure under test
+    while not ((run_dir / "launcher.pid").exists() and _metric_lines(run_dir) >= steps):
+        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before it was interrupted"
         time.sleep(0.2)
+
+
+def test_a_killed_or_interrupted_run_stops_every_rank_and_the_plain_command_reruns_from_the_fetched_weights(
+        copy_of_run, tmp_path):
+    """Two ways a training stage ends early, then one rerun: torchrun killed mid-training (SIGKILL: the stage
+    says so and fails), then Snakemake interrupted mid-training (Ctrl-C: no rank outlives it by 10 s); the
+    README's plain command then completes, from the fetched weights although a checkpoint waits in the run
+    folder (what torchtitan would otherwise resume from)."""
+    clean_loss = step1_loss(copy_of_run, "train_native")
+    run_dir = copy_of_run / "results" / "train_native" / "run"
+    saved_step = tmp_path / "step-10"
+    shutil.copytree(run_dir / "checkpoint" / "step-10", saved_step)
+    log = copy_of_run / "logs" / "train_native" / "train_native.log"
+
+    snakemake = start_training(copy_of_run, run_dir)
+    wait_for_steps(snakemake, run_dir, 2)
+    os.kill(int((run_dir / "launcher.pid").read_text()), signal.SIGKILL)  # torchrun, mid-training
+    stdout, _ = snakemake.communicate(timeout=300)
+    assert snakemake.returncode != 0
+    assert "torchrun was killed by signal 9" in stdout, stdout[-3000:]
+    assert "torchrun was killed by signal 9" in log.read_text()
+
+    snakemake = start_training(copy_of_run, run_dir)
+    wait_for_steps(snakemake, run_dir, 1)
     assert trainer_processes(copy_of_run), "no rank found while training"
     os.killpg(snakemake.pid, signal.SIGINT)
     deadline = time.monotonic() + 10  # from the interrupt, not from Snakemake's exit
@@ -243,10 +248,16 @@ def test_ctrl_c_stops_every_rank_and_the_plain_command_then_completes(copy_of_ru
     assert trainer_processes(copy_of_run) == [], "ranks outlived the interrupt by 10 s"
     snakemake.communicate(timeout=120)
 
+    (run_dir / "checkpoint").mkdir(parents=True, exist_ok=True)
+    shutil.copytree(saved_step, run_dir / "checkpoint" / "step-10", dirs_exist_ok=True)
     # The README's own command, with no --rerun-incomplete: the workflow profile resumes the run.
     result = run_snakemake(copy_of_run, "--cores", "1", "results/report.html")
     assert result.returncode == 0, output(result)[-3000:]
     assert json.loads((copy_of_run / "results" / "train_native" / "summary.json").read_text())["status"] == "pass"
+    assert step1_loss(copy_of_run, "train_native") == pytest.approx(clean_loss, abs=1e-6)
+    # Snakemake empties the job's log on a rerun; the killed run's log was kept beside it.
+    kept = [path.read_text() for path in log.parent.glob("train_native.failed-*.log")]
+    assert any("torchrun was killed by signal 9" in text for text in kept), kept
 
 
 def test_a_byte_changed_after_its_stage_recorded_it_fails_the_consumer_and_verify(copy_of_run):

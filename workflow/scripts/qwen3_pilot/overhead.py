@@ -1,7 +1,8 @@
 """How much wall time a training stage adds over launching the same torchtitan config by hand; for the
-benchmark stage (`--stage benchmark`), the share of its time spent outside the trainer runs it launches.
+benchmark stage (`--stage benchmark`), the share of its time spent outside the trainer runs it launches; with
+`--parse`, how long Snakemake takes to parse the workflow and plan (`snakemake -n`).
 
-    .venv/bin/python -m qwen3_pilot.overhead [--stage train_native] [--repeats 1] [-- SNAKEMAKE ARGS]
+    .venv/bin/python -m qwen3_pilot.overhead [--stage train_native | --parse] [--repeats 1] [-- SNAKEMAKE ARGS]
 
 Reruns the stage under Snakemake (`--force` on its summary), takes the job's wall time from Snakemake's benchmark
 file, then runs the two torchrun commands the stage recorded (`run/launch.json`, `control/launch.json`)
@@ -13,19 +14,21 @@ its own launches. A benchmark, not a test: the figures vary with the machine's l
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from .launch import how_it_ended, run_torchrun
-from .training import LAUNCH_RECORD, RECIPE_ENV
+from .launch import how_it_ended
+from .training import LAUNCH_RECORD, relaunch
 
 LIMIT_PCT = 5.0
+# `snakemake -n` on a finished run: the parse and the plan, no job (the brief's "well under 3 s").
+PARSE_LIMIT_S = 3.0
 # The benchmark stage: at most this share of its time outside the trainer processes it launches.
 BENCHMARK_OUTSIDE_LIMIT_PCT = 2.0
 
@@ -47,24 +50,23 @@ def recorded_launches(stage: str, workdir: Path) -> dict[str, dict]:
 
 
 def by_hand_wall_s(stage: str, workdir: Path, scratch: Path) -> float:
-    """The recorded launches again, with the dump folder and the parity table moved to `scratch`, so the
-    stage's outputs stay as Snakemake wrote them."""
-    recipe = json.loads((workdir / "results" / stage / "recipe.json").read_text())
-    recipe["parity_path"] = str(scratch / "parity.json")
-    recipe_path = scratch / "recipe.json"
-    recipe_path.write_text(json.dumps(recipe))
+    """The recorded launches again by hand (training.relaunch: into `scratch`, so the stage's outputs stay as
+    Snakemake wrote them, through the stages' own launcher: the same process start as in the stage)."""
     total = 0.0
-    for name, record in recorded_launches(stage, workdir).items():
-        command = list(record["command"])
-        command[command.index("--dump_folder") + 1] = str(scratch / name)
-        # The stages' own launcher: its ranks stopped with it, and the same process start as in the stage.
-        with contextlib.chdir(workdir):
-            launch = run_torchrun(command, {**record["env"], RECIPE_ENV: str(recipe_path)},
-                                  log_path=scratch / f"{name}.log", pid_dir=scratch / name, rank_log_dir=None)
+    for name in recorded_launches(stage, workdir):
+        launch = relaunch(workdir, stage, name, scratch / name)
         if launch.returncode != 0:
-            raise RuntimeError(f"{stage} {name} by hand: {how_it_ended(launch)} (log: {scratch / f'{name}.log'})")
+            raise RuntimeError(f"{stage} {name} by hand: {how_it_ended(launch)} (log: {launch.log_path})")
         total += launch.wall_s
     return total
+
+
+def parse_wall_s(snakemake_args: list[str], workdir: Path) -> float:
+    """One `snakemake -n` in `workdir`: the Snakefile parsed, the config validated, the DAG planned."""
+    started = time.perf_counter()
+    subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-n", "--quiet", *snakemake_args],
+                   cwd=workdir, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
 
 
 def benchmark_outside_pct(workdir: Path, snakemake_args: list[str]) -> tuple[float, float, float]:
@@ -78,11 +80,18 @@ def benchmark_outside_pct(workdir: Path, snakemake_args: list[str]) -> tuple[flo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stage", choices=["train_hf", "train_native", "benchmark"], default="train_native")
+    parser.add_argument("--parse", action="store_true", help="time `snakemake -n` instead of a stage")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("snakemake_args", nargs="*", help="after --, e.g. --configfile config/offline.yaml")
     args = parser.parse_args(argv)
     workdir = Path.cwd()
     (workdir / ".cache").mkdir(exist_ok=True)
+    if args.parse:
+        times = [parse_wall_s(args.snakemake_args, workdir) for _ in range(args.repeats)]
+        median = statistics.median(times)
+        print(f"snakemake -n: {', '.join(f'{t:.2f} s' for t in times)}; median {median:.2f} s "
+              f"(limit {PARSE_LIMIT_S:g} s)")
+        return 0 if median <= PARSE_LIMIT_S else 1
     if args.stage == "benchmark":
         shares = []
         for repeat in range(1, args.repeats + 1):

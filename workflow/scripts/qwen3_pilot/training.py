@@ -8,6 +8,7 @@ module writes the recipe, launches, and judges what the run measured.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -127,6 +128,30 @@ def launch(
     write_json(run_dir / LAUNCH_RECORD, {"command": command, "env": added_env, "returncode": result.returncode,
                                          "wall_s": result.wall_s, "started_at": result.started_at})
     return result
+
+
+def relaunch(
+    workdir: Path, stage: str, name: str, scratch: Path, *, recipe_changes: dict[str, Any] | None = None,
+    added_env: dict[str, str] | None = None, overrides: tuple[str, ...] = (),
+) -> Launch:
+    """A trainer launch a stage recorded (results/<stage>/<name>/launch.json) run again by hand with the stages'
+    own launcher, its dump folder, rank logs, recipe and parity table moved to `scratch` so that the stage's
+    outputs stay as Snakemake wrote them: `recipe_changes` over the recorded recipe, `added_env` over the
+    recorded environment, `overrides` after the recorded torchtitan arguments (e.g. --training.steps 1)."""
+    record = json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())
+    recipe = json.loads(Path(record["env"][RECIPE_ENV]).read_text())
+    recipe = {**recipe, "parity_path": str(scratch / "parity.json"), **(recipe_changes or {})}
+    scratch.mkdir(parents=True, exist_ok=True)
+    recipe_path = scratch / "recipe.json"
+    write_json(recipe_path, recipe)
+    command = list(record["command"])
+    command[command.index("--dump_folder") + 1] = str(scratch / name)
+    rank_logs = scratch / "ranks"
+    command = [f"--log-dir={rank_logs}" if arg.startswith("--log-dir=") else arg for arg in command]
+    env = {**record["env"], **(added_env or {}), RECIPE_ENV: str(recipe_path)}
+    with contextlib.chdir(workdir):  # the recorded command's paths are relative to the workflow's folder
+        return run_torchrun([*command, *overrides], env, log_path=scratch / f"{name}.log", pid_dir=scratch / name,
+                            rank_log_dir=rank_logs if any(a.startswith("--log-dir=") for a in command) else None)
 
 
 def launch_failure(what: str, launch_result: Launch, parity_path: Path) -> TrainingError:
