@@ -8,7 +8,7 @@ ARGS ?=
 # The trn2 configuration the preflight checks (config/config.yaml with these files laid over it).
 TRN2_CONFIG ?= config/trn2.yaml
 
-.PHONY: report test preflight verify signoff lint lock lock-check clean
+.PHONY: report test test-fast preflight verify signoff lint lock lock-check clean
 
 $(VENV)/.installed: envs/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ report: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(ARGS)
+
+# Daily work: every test that needs no pipeline run, torchrun, SLURM, Chromium or network namespaces (pyproject.toml's
+# markers). `make test` and CI run everything.
+FAST_TESTS = not (e2e or torchrun or slurm or chromium or netns)
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "$(FAST_TESTS)" $(ARGS)
 
 # The trn2 configuration checked on this machine, before renting a trn2: results/preflight/preflight.html.
 preflight: $(VENV)/.installed

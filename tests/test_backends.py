@@ -165,6 +165,7 @@ def test_cpu_torchrun_keeps_every_rank_on_the_console_and_its_error_files_in_the
     assert not [a for a in command if a.startswith(("--tee", "--redirects", "--local-ranks-filter"))]
 
 
+@pytest.mark.torchrun
 def test_the_installed_torchrun_writes_the_rank_logs_where_rank_log_files_finds_them(tmp_path):
     """The flags against torch.distributed.run itself: two ranks, only rank 0 on the console."""
     (tmp_path / "say_rank.py").write_text(

@@ -18,6 +18,8 @@ def chromium():
             pytest.fail("REQUIRE_CHROMIUM is set and no chromium is on PATH (.ci/run installs Debian's chromium)")
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
 
+pytestmark = pytest.mark.chromium
+
 
 def outside_requests(requests, page):
     return [url for url in requests if url != page and not url.startswith("data:")]

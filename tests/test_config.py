@@ -7,9 +7,17 @@ import copy
 import pytest
 import yaml
 from conftest import PROJECT, default_config, output, planned_jobs, run_snakemake
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from qwen3_pilot.config import ConfigError, check_config, config_problems, is_pinned_revision, resolve_config
+from qwen3_pilot.config import (
+    ConfigError,
+    check_config,
+    config_problems,
+    deep_update,
+    is_pinned_revision,
+    resolve_config,
+)
 
 SCHEMA = PROJECT / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -26,12 +34,20 @@ SCHEMA = PROJECT / "workflow" / "schemas" / "config.schema.yaml"
         ({"weights": {"repo_id": "no-slash"}}, ["'no-slash' does not match", "repo_id"]),
     ],
 )
-def test_schema_errors_stop_the_run_before_any_job(workspace, overlay, expected):
-    ws = workspace(overlay)
+def test_schema_errors_name_the_key_and_the_value(overlay, expected):
+    """The schema's checks, as rules/common.smk runs them (snakemake.utils.validate), in this process."""
+    config = deep_update(yaml.safe_load((PROJECT / "config" / "config.yaml").read_text()), overlay)
+    with pytest.raises(WorkflowError) as error:
+        validate(config, str(SCHEMA))
+    for fragment in expected:
+        assert fragment in str(error.value), str(error.value)
+
+
+def test_a_schema_error_stops_the_run_at_parse_time_before_any_job(workspace):
+    ws = workspace({"trainning": {"steps": 10}})
     result = run_snakemake(ws, "-n")
     assert result.returncode != 0
-    for fragment in expected:
-        assert fragment in output(result), output(result)
+    assert "'trainning' was unexpected" in output(result), output(result)
     assert planned_jobs(result) == {}
 
 

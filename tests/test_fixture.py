@@ -18,11 +18,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+from conftest import SHARED_CORPUS
 
 from qwen3_pilot import fixture as fx
 
 REPO_ID = "Qwen/Qwen3-4B-Instruct-2507"
-SHAKESPEARE = Path("/work/shared/data/tinyshakespeare/input.txt")
 # head_dim 32 with 4 heads is 128 wide, twice hidden_size: a reader that derives head_dim from
 # hidden_size // heads gets 16 and fails.
 TINY_MODEL = dict(
@@ -48,14 +48,8 @@ SAMPLES = [
 
 
 def _documents() -> list[str]:
-    if SHAKESPEARE.exists():
-        text = SHAKESPEARE.read_text(encoding="utf-8")
-    else:  # a machine without the shared corpus still gets learnable, deterministic text
-        names, verbs = ["ROMEO", "JULIET", "NURSE", "FRIAR"], ["loves", "fears", "greets", "follows"]
-        text = "\n\n".join(
-            f"{names[i % 4]}:\nThe {names[(i * 3) % 4].lower()} {verbs[i % 4]} the {names[(i + 1) % 4].lower()} at {i % 12} o'clock."
-            for i in range(6000)
-        )
+    assert SHARED_CORPUS.is_file(), f"the test corpus {SHARED_CORPUS} is missing (conftest.SHARED_CORPUS)"
+    text = SHARED_CORPUS.read_text(encoding="utf-8")
     return [d.strip() for d in re.split(r"\n\s*\n", text) if d.strip()]
 
 

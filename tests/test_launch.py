@@ -7,10 +7,13 @@ import json
 import os
 import sys
 
+import pytest
 from conftest import PROJECT, backend_config
 
 from qwen3_pilot.backends import make_backend
 from qwen3_pilot.launch import PID_FILE, Launch, failure_cause, run_torchrun
+
+pytestmark = pytest.mark.torchrun
 
 FAILING_RANK = '''
 import os

@@ -20,7 +20,7 @@ from conftest import PROJECT, SMALL, backend_config, default_config, output, run
 from qwen3_pilot.backends import make_backend
 from qwen3_pilot.ranks import verify_ranks
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.netns, pytest.mark.torchrun]
 
 HOSTS = {"qwen3-pilot-ha": "10.77.0.1", "qwen3-pilot-hb": "10.77.0.2"}
 INTERFACE = "pilot0"  # the veth end's name inside each namespace: one GLOO_SOCKET_IFNAME for both hosts

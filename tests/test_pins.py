@@ -113,7 +113,7 @@ def test_drift_names_each_package_locked_and_installed():
 
 def test_a_transitive_package_at_another_version_in_a_scratch_venv_fails_pin_env_naming_it(tmp_path):
     """A venv that sees this environment's packages (a .pth file) but has six, a dependency of a dependency
-    (python-dateutil), installed at another version in its own site-packages, which wins on the path."""
+    (python-dateutil), at another version in its own site-packages, which wins on the path."""
     locked = read_lock(LOCK)
     assert "six" in locked and "six" not in read_pins(PROJECT / "envs" / "cpu.txt")
     other = "1.16.0" if locked["six"] != "1.16.0" else "1.15.0"
@@ -121,9 +121,12 @@ def test_a_transitive_package_at_another_version_in_a_scratch_venv_fails_pin_env
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(scratch)], check=True)
     site = next(scratch.glob("lib/python*/site-packages"))
     (site / "pilot-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
-                                f"six=={other}"], capture_output=True, text=True)
-    assert installed.returncode == 0, installed.stderr
+    # six at another version as an installer leaves it (its metadata, which is what pin_env reads), made here
+    # rather than installed from the package index.
+    dist_info = site / f"six-{other}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: six\nVersion: {other}\n")
+    (dist_info / "INSTALLER").write_text("pip\n")
     check = subprocess.run(
         [str(scratch / "bin" / "python"), "-c",
          "import sys; from pathlib import Path; from qwen3_pilot.stages.pin_env import check_lock; "

@@ -44,6 +44,7 @@ def cpu_backend(tmp_path):
     return make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
 
 
+@pytest.mark.torchrun
 def test_two_gloo_ranks_run_the_collectives(tmp_path, cpu_backend):
     figures = verify_ranks(cpu_backend, tmp_path / "results", tmp_path / "log.txt")
     assert figures["ranks_seen"] == 2 and figures["all_reduce_sum"] == 3.0
@@ -51,6 +52,7 @@ def test_two_gloo_ranks_run_the_collectives(tmp_path, cpu_backend):
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["rank-0.json", "rank-1.json"]
 
 
+@pytest.mark.torchrun
 def test_a_missing_rank_fails_with_the_rank_named(tmp_path, cpu_backend):
     with pytest.raises(RankCheckError) as raised:
         verify_ranks(cpu_backend, tmp_path / "results", tmp_path / "log.txt", nproc=1)

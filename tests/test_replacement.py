@@ -7,15 +7,14 @@ from __future__ import annotations
 import copy
 
 import pytest
+import torch
 from conftest import default_config
 
-torch = pytest.importorskip("torch")
-
-from qwen3_pilot import numerics  # noqa: E402
-from qwen3_pilot.kernels import parse_replacement_lines, replacement_log_problems  # noqa: E402
-from qwen3_pilot.kernels.moe import KernelGroupedExperts  # noqa: E402
-from qwen3_pilot.kernels.rope import HFLayoutRoPE  # noqa: E402
-from qwen3_pilot.replacement import (  # noqa: E402
+from qwen3_pilot import numerics
+from qwen3_pilot.kernels import parse_replacement_lines, replacement_log_problems
+from qwen3_pilot.kernels.moe import KernelGroupedExperts
+from qwen3_pilot.kernels.rope import HFLayoutRoPE
+from qwen3_pilot.replacement import (
     ReplacementError,
     apply_converters,
     kernel_converters,
