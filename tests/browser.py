@@ -52,7 +52,8 @@ class DevTools:
 
     def send(self, method: str, session: str | None = None, timeout: float = 60, **params: Any) -> dict[str, Any]:
         self._next_id += 1
-        command = {"id": self._next_id, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        command = {"id": self._next_id, "method": method, "params": params,
+                   **({"sessionId": session} if session else {})}
         os.write(self._write, json.dumps(command).encode() + b"\0")
         deadline = time.monotonic() + timeout
         while True:

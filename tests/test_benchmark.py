@@ -40,7 +40,8 @@ def test_steady_state_never_includes_a_warmup_step(tmp_path):
     assert figures["step_time_s"]["median"] == pytest.approx(0.20)
     assert figures["warmup_step_time_s"] == [9.0, 0.5, 0.4]
     assert figures["steady_steps"] == 7 and not figures["noisy"]
-    assert figures["tokens_per_s_per_rank"] == pytest.approx(2560) and figures["tokens_per_s_per_instance"] == pytest.approx(5120)
+    assert (figures["tokens_per_s_per_rank"] == pytest.approx(2560)
+            and figures["tokens_per_s_per_instance"] == pytest.approx(5120))
     assert figures["mfu_pct"] == pytest.approx(100 * 0.01e12 / 1e10)
     assert figures["peak_memory_gib_per_rank"] == pytest.approx(0.59)  # over the whole run
     assert figures["data_wait_pct"] == pytest.approx(2.0)
@@ -104,7 +105,8 @@ def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, sett
 
     def fake_launch(what, backend, *, run_dir, extra_env, launch_name, overrides, recipe_path, **kwargs):
         variant = run_dir.name
-        launched[launch_name] = {"overrides": overrides, "env": extra_env, "recipe": json.loads(recipe_path.read_text())}
+        launched[launch_name] = {"overrides": overrides, "env": extra_env,
+                                 "recipe": json.loads(recipe_path.read_text())}
         if variant == "compiled_cold":
             (Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]) / "graph").parent.mkdir(parents=True, exist_ok=True)
             (Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]) / "graph").write_text("compiled")
@@ -140,7 +142,8 @@ def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster
     summary, launched = run_stage(tmp_path, monkeypatch)
     assert set(launched) == {"train_native-eager", "train_native-compiled_cold", "train_native-compiled_warm",
                              "moe_reduced-eager", "moe_reduced-plain"}
-    assert launched["train_native-compiled_cold"]["overrides"][-3:] == ("--compile.enable", "--compile.backend", "inductor")
+    assert launched["train_native-compiled_cold"]["overrides"][-3:] == (
+        "--compile.enable", "--compile.backend", "inductor")
     assert launched["train_native-eager"]["env"] == {} and launched["train_native-eager"]["recipe"]["steps"] == 5
     assert launched["moe_reduced-plain"]["recipe"]["replacements"] == []
     assert launched["moe_reduced-eager"]["recipe"]["replacements"] == [ROPE]
@@ -156,7 +159,8 @@ def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster
     eager = next(r for r in figures["table"] if (r["recipe"], r["run"]) == ("train_native", "eager"))
     assert eager["mfu_pct"] == pytest.approx(100 * 0.01e12 / 1e10)  # 0.01 TFLOPS per steady step against 1e10
     cost_rows = {row["recipe"]: row for row in figures["cost"]}
-    assert cost_rows["train_native"]["per_million_tokens"] == pytest.approx(0.01 / eager["tokens_per_s_per_instance"] * 1e6)
+    assert cost_rows["train_native"]["per_million_tokens"] == pytest.approx(
+        0.01 / eager["tokens_per_s_per_instance"] * 1e6)
     # The warm-up ends when step 2 is logged: 8 s step 1 + 1 s before it + 0.5 s step 2 = 9.5 s after the
     # launch, at 36 $/h (0.01 $/s) 0.095 $.
     assert eager["warmup_phase_s"] == pytest.approx(9.5)

@@ -9,8 +9,15 @@ import pytest
 
 from qwen3_pilot.audit import record_written_report, signoff
 from qwen3_pilot.changes import (
-    BaselineError, baseline_changes, changes_since_baseline, figure_changes, find_baseline, flatten, read_plan,
-    record_plan, stage_runs,
+    BaselineError,
+    baseline_changes,
+    changes_since_baseline,
+    figure_changes,
+    find_baseline,
+    flatten,
+    read_plan,
+    record_plan,
+    stage_runs,
 )
 from qwen3_pilot.config import config_problems
 

@@ -86,7 +86,8 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
         (lambda c: c.update(backend="neuron", ranks=32, weights={**c["weights"], "source": "hub"}),
          "ranks = 32: on the neuron backend it must equal chips x cores_per_chip / lnc = 16 x 8 / 2 = 64"),
         (lambda c: c["training"].update(global_batch_size=3),
-         "training.global_batch_size = 3: must be a multiple of training.local_batch_size x ranks x nodes = 1 x 2 x 1 = 2"),
+         "training.global_batch_size = 3: must be a multiple of training.local_batch_size x ranks x nodes"
+         " = 1 x 2 x 1 = 2"),
         (lambda c: c["fixture"].update(num_key_value_heads=3),
          "fixture.num_key_value_heads = 3: must divide fixture.num_attention_heads = 4"),
         (lambda c: c["neuron"].update(lnc=1) or c["training"].update(seq_len=200),

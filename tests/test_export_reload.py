@@ -90,7 +90,8 @@ def test_a_tensor_of_the_wrong_shape_fails_and_is_named(fetched, tmp_path):
         tensors[key] = tensors[key][:-1].clone()
 
     problems = problems_of(fetched, make_export(fetched, tmp_path / "export", reshape), tmp_path)
-    assert any(f"tensor {key} has shape (63, 32), config.json's model expects (64, 32)" in p for p in problems), problems
+    assert any(f"tensor {key} has shape (63, 32), config.json's model expects (64, 32)" in p
+               for p in problems), problems
 
 
 def test_a_separate_lm_head_with_tied_embeddings_is_refused(fetched, tmp_path):
@@ -114,10 +115,12 @@ def test_the_two_exports_must_hold_the_same_keys_and_dtypes(fetched, tmp_path):
 
     same = make_export(fetched, tmp_path / "a")
     fewer = make_export(fetched, tmp_path / "b", lambda t: t.pop("model.norm.weight"))
-    halved = make_export(fetched, tmp_path / "c", lambda t: t.update({"model.norm.weight": t["model.norm.weight"].to(torch.bfloat16)}))
+    halved = make_export(fetched, tmp_path / "c",
+                         lambda t: t.update({"model.norm.weight": t["model.norm.weight"].to(torch.bfloat16)}))
     assert key_set_problems({"hf": same, "native": same})[1] == []
     assert "only in hf: ['model.norm.weight']" in key_set_problems({"hf": same, "native": fewer})[1][0]
-    assert "model.norm.weight ('F32', (32,)) vs ('BF16', (32,))" in key_set_problems({"hf": same, "native": halved})[1][0]
+    assert ("model.norm.weight ('F32', (32,)) vs ('BF16', (32,))"
+            in key_set_problems({"hf": same, "native": halved})[1][0])
 
 
 @pytest.mark.parametrize("max_abs_diff, argmax_agreement, problem", [

@@ -11,7 +11,8 @@ from qwen3_pilot.moe import router_load
 
 
 def write_load(path, steps):
-    path.write_text("".join(json.dumps({"step": i + 1, "tokens_per_expert": layers}) + "\n" for i, layers in enumerate(steps)))
+    path.write_text("".join(json.dumps({"step": i + 1, "tokens_per_expert": layers}) + "\n"
+                            for i, layers in enumerate(steps)))
     return path
 
 
@@ -32,7 +33,8 @@ def test_router_load_names_a_step_that_routed_the_wrong_number_of_tokens(tmp_pat
 
 
 def test_no_router_load_is_a_problem(tmp_path):
-    assert router_load(tmp_path / "missing.jsonl", 2, 2)[1] == [f"{tmp_path / 'missing.jsonl'}: no router load was recorded"]
+    assert router_load(tmp_path / "missing.jsonl", 2, 2)[1] == [
+        f"{tmp_path / 'missing.jsonl'}: no router load was recorded"]
 
 
 def test_the_full_width_reduced_spec_has_the_published_parameter_count():
@@ -88,6 +90,7 @@ def test_the_trn2_numerics_settings_ask_float32_to_be_exact_and_derive_the_bfloa
 
     trn2 = default_config(yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text()))["kernel_numerics"]
     assert trn2["rope"]["tolerances"] == {"float32": 0.0, "bfloat16": "bf16_stepwise"}
-    assert trn2["compile"]["models"] == [] and trn2["rope"]["shapes"] == default_config()["kernel_numerics"]["rope"]["shapes"]
+    assert (trn2["compile"]["models"] == []
+            and trn2["rope"]["shapes"] == default_config()["kernel_numerics"]["rope"]["shapes"])
     # (4 + 2 sqrt 2) x 2^-8 x M: about 0.027 M; for unit-normal inputs that reach 5, about 0.13.
     assert bf16_stepwise_rope_bound(5.0) == pytest.approx(0.1334, abs=1e-4)

@@ -37,7 +37,8 @@ def test_torchtitan_4b_flavor_against_qwen3_4b_2507_names_rope_theta():
     rows, problems = parity_table(native_model_values(model), checkpoint_values(QWEN3_4B_2507), {})
     assert "rope_theta: built 1000000.0, checkpoint config.json 5000000.0" in problems
     by_field = {row["field"]: row for row in rows}
-    for field in ("vocab_size", "hidden_size", "num_hidden_layers", "head_dim", "intermediate_size", "tie_word_embeddings"):
+    for field in ("vocab_size", "hidden_size", "num_hidden_layers", "head_dim", "intermediate_size",
+                  "tie_word_embeddings"):
         assert by_field[field]["verdict"] == "match", by_field[field]
     assert by_field["rope_theta"]["verdict"] == "MISMATCH"
 

@@ -136,4 +136,5 @@ def test_a_transitive_package_at_another_version_in_a_scratch_venv_fails_pin_env
     assert check.returncode != 0
     error = check.stderr.strip().splitlines()
     assert "the installed environment differs from" in check.stderr and "(1 package(s)" in check.stderr, check.stderr
-    assert error[-2].split() == ["package", "locked", "installed"] and error[-1].split() == ["six", locked["six"], other]
+    assert (error[-2].split() == ["package", "locked", "installed"]
+            and error[-1].split() == ["six", locked["six"], other])

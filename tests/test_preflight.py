@@ -118,7 +118,8 @@ def test_a_two_node_trn2_config_prints_srun_torchrun_launches_with_the_efa_setti
     from qwen3_pilot.backends import FIRST_NODE_OF_ALLOCATION, make_backend
     from qwen3_pilot.preflight import launch_plan, load_config
 
-    for key in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE"):
+    for key in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA",
+                "FI_EFA_FORK_SAFE"):
         monkeypatch.delenv(key, raising=False)
     (tmp_path / "nodes.yaml").write_text(yaml.safe_dump({"nodes": 2}))
     config = load_config([TRN2, tmp_path / "nodes.yaml"])

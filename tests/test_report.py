@@ -104,7 +104,8 @@ def test_stages_with_steps_get_a_loss_plot(tmp_path):
     steps = [{"step": 1, "loss": 5.6}, {"step": 2, "loss": 5.5}]
     build(tmp_path, {"train_native": write_summary(tmp_path, "train_native", figures={"steps": steps})})
     html = (tmp_path / "report.html").read_text()
-    assert '<img alt="loss per step of the training stages, with their controls" src="data:image/png;base64,iVBOR' in html
+    assert ('<img alt="loss per step of the training stages, with their controls" '
+            'src="data:image/png;base64,iVBOR' in html)
     build(tmp_path, {})
     assert "data:image/png" not in (tmp_path / "report.html").read_text()
 
@@ -199,7 +200,8 @@ def test_the_dependency_map_is_snakemakes_rule_graph():
     rule = {stage: "train" for stage in ("train_hf", "train_native")}
     assert all(stage_of_job("train", {"recipe": stage}) == stage for stage in rule)
     for stage, upstream in UPSTREAM.items():
-        assert {rule.get(u, u) for u in upstream} == graph.get(rule.get(stage, stage), set()) - {rule.get(stage, stage)}, stage
+        assert {rule.get(u, u) for u in upstream} == (
+            graph.get(rule.get(stage, stage), set()) - {rule.get(stage, stage)}), stage
 
 
 def test_a_failure_record_of_an_earlier_run_is_not_this_runs_failure(tmp_path, monkeypatch):

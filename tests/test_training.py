@@ -81,7 +81,8 @@ def test_launch_failure_prefers_the_models_differences_from_config_json(tmp_path
     failed = Launch([], {}, 1, 1.0, log_path=tmp_path / "log")
     error = launch_failure("train_native", failed, tmp_path / "parity.json")
     assert "torchrun exited with code 1: no rank recorded an error" in str(error)
-    (tmp_path / "parity.json").write_text(json.dumps({"problems": ["rope_theta: built 1.0, checkpoint config.json 5.0"]}))
+    (tmp_path / "parity.json").write_text(
+        json.dumps({"problems": ["rope_theta: built 1.0, checkpoint config.json 5.0"]}))
     error = launch_failure("train_native", failed, tmp_path / "parity.json")
     assert "torchrun exited with code 1: the model differs from the checkpoint's config.json" in str(error)
     assert "rope_theta: built 1.0" in str(error)
@@ -124,7 +125,8 @@ def test_compare_recipes_reports_the_difference_and_fails_past_the_tolerance(tmp
 
 def launch_with_output(tmp_path, text):
     log = tmp_path / "stage.log"
-    log.write_text("an earlier launch: kernel replacement: rope_hf layers.9.attention.rope CosSinRoPE -> HFLayoutRoPE [x]\n")
+    log.write_text("an earlier launch: kernel replacement: "
+                   "rope_hf layers.9.attention.rope CosSinRoPE -> HFLayoutRoPE [x]\n")
     start = log.stat().st_size
     log.write_text(log.read_text() + text)
     return Launch([], {}, 0, 1.0, log_path=log, log_start=start, log_end=log.stat().st_size)
@@ -148,7 +150,8 @@ def test_replacement_check_reads_only_its_own_launch_and_counts_per_kernel(tmp_p
 def test_replacement_check_fails_naming_the_layers(tmp_path):
     run = launch_with_output(tmp_path, replacement_line(0) + replacement_line(0))
     with pytest.raises(TrainingError, match=r"(?s)train_native: kernel replacements in the launch log.*"
-                                            r"no replacement logged in layer\(s\) 1 .*2 replacements logged in layer 0"):
+                                            r"no replacement logged in layer\(s\) 1 .*"
+                                            r"2 replacements logged in layer 0"):
         replacement_check("train_native", run, RULES, n_layers=2)
 
 
@@ -159,9 +162,11 @@ def steps_of(*losses):
 def test_loss_agreement_compares_every_step():
     figures, problems = loss_agreement(steps_of(5.0, 4.9), steps_of(5.0, 4.90001), tolerance=1e-4)
     assert problems == [] and figures["max_abs_loss_diff"] == pytest.approx(1e-5)
-    assert figures["steps"][1] == {"step": 2, "loss_replaced": 4.9, "loss_plain": 4.90001, "abs_diff": pytest.approx(1e-5)}
+    assert figures["steps"][1] == {"step": 2, "loss_replaced": 4.9, "loss_plain": 4.90001,
+                                   "abs_diff": pytest.approx(1e-5)}
     _, problems = loss_agreement(steps_of(5.0, 4.9), steps_of(5.0, 4.8), tolerance=1e-4)
-    assert problems == ["losses with the kernel replacements differ from the plain run by up to 0.1 (first past the tolerance at step 2); "
+    assert problems == ["losses with the kernel replacements differ from the plain run by up to 0.1 "
+                        "(first past the tolerance at step 2); "
                         "kernels.loss_tolerance = 0.0001"]
     _, problems = loss_agreement(steps_of(5.0, math.nan), steps_of(5.0, 4.8), tolerance=1e-4)
     assert problems and "differ" in problems[0]

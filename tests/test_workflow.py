@@ -123,8 +123,8 @@ def test_the_benchmark_measures_warmup_and_steady_state_compiled_and_plain_apart
     stage = {s["stage"]: s for s in report(completed_run)["stages"]}["benchmark"]
     figures = stage["figures"]
     rows = {(row["recipe"], row["run"]): row for row in figures["table"]}
-    assert set(rows) == {("train_native", "eager"), ("train_native", "compiled_cold"), ("train_native", "compiled_warm"),
-                         ("moe_reduced", "eager"), ("moe_reduced", "plain")}
+    assert set(rows) == {("train_native", "eager"), ("train_native", "compiled_cold"),
+                         ("train_native", "compiled_warm"), ("moe_reduced", "eager"), ("moe_reduced", "plain")}
     for row in rows.values():
         assert row["time_to_step1_s"] > 0 and 0 < row["p10_s"] <= row["median_step_s"] <= row["p90_s"]
         assert row["tokens_per_s_per_instance"] == pytest.approx(2 * row["tokens_per_s_per_rank"])
@@ -157,7 +157,8 @@ def test_each_stage_records_when_its_work_started_and_ended(completed_run):
         with open(benchmark) as handle:
             job_s = float(next(csv.DictReader(handle, delimiter="\t"))["s"])
         summary = json.loads((completed_run / "results" / stage / "summary.json").read_text())
-        recorded_s = (datetime.fromisoformat(summary["ended"]) - datetime.fromisoformat(summary["started"])).total_seconds()
+        recorded_s = (datetime.fromisoformat(summary["ended"])
+                      - datetime.fromisoformat(summary["started"])).total_seconds()
         assert 0 < recorded_s <= job_s + 0.5, (stage, recorded_s, job_s)
         assert job_s - recorded_s <= max(2.0, 0.05 * job_s), (stage, recorded_s, job_s)
 
