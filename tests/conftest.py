@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,8 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if SHARED_RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+    # The end-to-end tests last, each file's in their order: the others run while the shared run does.
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
 
 
 def output(result: subprocess.CompletedProcess) -> str:
@@ -200,8 +203,11 @@ def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
     """The pipeline through `--profile profiles/slurm` on the test cluster, SLURM's accounting of it read back
     before the cluster stops."""
     with slurm_cluster(state) as prefix:
+        # The plugin's first status query 1 s after a submission (the profile's 5 s): its next waits grow by
+        # 10 s while nothing finished, and here each job is seconds long.
         result = in_cluster(prefix, sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
-                            "results/report.html", "--configfile", "config/test.yaml", cwd=ws, timeout=1500)
+                            "results/report.html", "--configfile", "config/test.yaml",
+                            "--slurm-init-seconds-before-status-checks", "1", cwd=ws, timeout=1500)
         assert result.returncode == 0, output(result)[-8000:]
         run_id = re.search(r"SLURM run ID: (\S+)", output(result)).group(1)
         # The plugin names every job of a run by the run's id.
@@ -211,12 +217,9 @@ def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
     return PipelineRun(ws, slurm_jobs=jobs, slurm_node=node)
 
 
-@pytest.fixture(scope="session")
-def pipeline_run(tmp_path_factory) -> PipelineRun:
-    """The whole DAG once on a small cpu config, the one pipeline run every end-to-end check reads: through
-    the SLURM executor on the test cluster where one can run (root; CI requires it with REQUIRE_SLURM),
-    otherwise with Snakemake's local executor."""
-    root = tmp_path_factory.mktemp("e2e")
+def make_pipeline_run(root: Path) -> PipelineRun:
+    """The whole DAG once on a small cpu config: through the SLURM executor on the test cluster where one can
+    run (root; CI requires it with REQUIRE_SLURM), otherwise with Snakemake's local executor."""
     ws = make_workspace(root / "ws", SMALL)
     reason = slurm_unavailable()
     if reason is None:
@@ -226,6 +229,24 @@ def pipeline_run(tmp_path_factory) -> PipelineRun:
     result = run_snakemake(ws, "--cores", "2", "results/report.html")
     assert result.returncode == 0, output(result)[-6000:]
     return PipelineRun(ws)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pipeline_started(request, tmp_path_factory):
+    """The shared run, started in the background with the session's first test when any selected test reads
+    it, so that the tests that do not read it (collected first: pytest_collection_modifyitems) run while it
+    runs; a Future of the PipelineRun, or None when no selected test reads it."""
+    if not any(item.get_closest_marker("e2e") for item in request.session.items):
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline") as pool:
+        yield pool.submit(make_pipeline_run, tmp_path_factory.mktemp("e2e"))
+
+
+@pytest.fixture(scope="session")
+def pipeline_run(pipeline_started) -> PipelineRun:
+    """The one pipeline run every end-to-end check reads (make_pipeline_run)."""
+    return pipeline_started.result()
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import SNAKEMAKE, output, run_snakemake
+
+from qwen3_pilot.training import relaunch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torchrun]
 
@@ -67,8 +68,6 @@ def failed_relaunch(ws, stage, tmp_path, *, recipe=None, env=None) -> str:
     """The stage's recorded trainer launch again for 1 step, by hand (training.relaunch) with `recipe` over its
     recipe and `env` over its environment, expected to fail: what it printed and the first rank error. The
     Snakemake-level failure of each kind is tested once below (a wrong shape, a killed run, a failed gate)."""
-    from qwen3_pilot.training import relaunch
-
     launch = relaunch(ws, stage, "run", tmp_path / "relaunch", added_env=env,
                       recipe_changes={"steps": 1, "warmup_steps": 1, **(recipe or {})})
     assert launch.returncode != 0, launch.output()[-3000:]
@@ -148,13 +147,6 @@ def test_flex_attention_in_the_hf_recipe_fails_on_cpu(completed_run, tmp_path):
     assert "FlexAttention does not support backward on CPU" in text, text[-3000:]
 
 
-def set_config(ws, change):
-    overlay = ws / "config" / "test.yaml"
-    config = yaml.safe_load(overlay.read_text())
-    change(config)
-    overlay.write_text(yaml.safe_dump(config))
-
-
 @pytest.mark.parametrize("module, named", [
     ("moe.*experts*", "2 modules match in layer 0: layers.0.moe.routed_experts, "
                       "layers.0.moe.routed_experts.inner_experts"),
@@ -169,20 +161,25 @@ def test_a_replacement_pattern_that_is_not_one_per_layer_fails_moe_reduced(compl
     assert named in text, text[-3000:]
 
 
-def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(copy_of_run):
-    plain_losses = [s["loss"] for s in json.loads(
-        (copy_of_run / "results" / "train_native" / "summary.json").read_text())["figures"]["steps"]]
-    set_config(copy_of_run, lambda c: c.setdefault("kernels", {}).update({"train_native": ["rope_hf"]}))
-    result = rerun(copy_of_run, "train_native")
-    assert result.returncode == 0, output(result)[-3000:]
-    figures = json.loads((copy_of_run / "results" / "train_native" / "summary.json").read_text())["figures"]
-    replacements = figures["kernel_replacements"]
-    assert replacements["per_kernel"]["rope_hf"]["modules"] == ["layers.0.attention.rope", "layers.1.attention.rope"]
-    agreement = replacements["against_plain"]
-    assert agreement["max_abs_loss_diff"] <= agreement["tolerance"] == 1e-4
-    # The same losses as the earlier run of the plain recipe, from the same weights and batches.
-    replaced_losses = [s["loss"] for s in figures["steps"]]
-    assert max(abs(a - b) for a, b in zip(replaced_losses, plain_losses, strict=True)) <= 1e-4
+def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(completed_run, tmp_path):
+    """The native recipe's launch again with the rope_hf replacement (trn2's setting): one replacement per
+    layer in its log, and the losses of the shared run's plain recipe, from the same weights and batches. The
+    stage's own comparison with its plain twin is the moe_reduced stage's, in the shared run."""
+    from qwen3_pilot.kernels import parse_replacement_lines, replacement_log_problems
+    from qwen3_pilot.training import read_steps
+
+    moe_recipe = json.loads((completed_run / "results" / "moe_reduced" / "recipe.json").read_text())
+    rope = [rule for rule in moe_recipe["replacements"] if rule["kernel"] == "rope_hf"]  # kernels.rules.rope_hf
+    launch = relaunch(completed_run, "train_native", "run", tmp_path / "relaunch",
+                      recipe_changes={"replacements": rope})
+    assert launch.returncode == 0, launch.output()[-3000:]
+    lines = parse_replacement_lines(launch.output())
+    assert [line["module"] for line in lines] == ["layers.0.attention.rope", "layers.1.attention.rope"]
+    assert replacement_log_problems(lines, rope, n_layers=2) == []
+    replaced = [step["loss"] for step in read_steps(tmp_path / "relaunch" / "run" / "metrics.jsonl")]
+    plain = [step["loss"] for step in json.loads(
+        (completed_run / "results" / "train_native" / "summary.json").read_text())["figures"]["steps"]]
+    assert len(replaced) == 10 and max(abs(a - b) for a, b in zip(replaced, plain, strict=True)) <= 1e-4
 
 
 def trainer_processes(ws) -> list[int]:
@@ -218,12 +215,33 @@ def wait_for_steps(snakemake, run_dir, steps):
         time.sleep(0.2)
 
 
-def test_a_killed_or_interrupted_run_stops_every_rank_and_the_plain_command_reruns_from_the_fetched_weights(
+def fail_the_gate(ws, saved):
+    """Replaces the fetched weights with small random values, as if the fetch had brought them (weights that
+    do not carry the pretraining, like an uninformed model's), the originals kept in `saved`."""
+    import torch
+
+    weights = ws / CHECKPOINT / "model.safetensors"
+    fetched_summary = ws / "results" / "fetch_weights" / "summary.json"
+    saved.mkdir()
+    for path in (weights, fetched_summary, fetched_summary.with_name("summary.json.sha256")):
+        shutil.copy2(path, saved / path.name)
+    generator = torch.Generator().manual_seed(0)
+    edit_safetensors(weights, lambda tensors: tensors.update(
+        {key: torch.randn(value.shape, generator=generator).to(value.dtype) * 0.02 for key, value in tensors.items()}))
+    as_fetched(ws, weights)
+    return lambda: [shutil.copy2(saved / name, folder / name) for folder, name in (
+        (weights.parent, weights.name), (fetched_summary.parent, "summary.json"),
+        (fetched_summary.parent, "summary.json.sha256"))]
+
+
+def test_a_killed_interrupted_or_failed_training_stage_then_the_plain_command_completes_from_the_fetched_weights(
         copy_of_run, tmp_path):
-    """Two ways a training stage ends early, then one rerun: torchrun killed mid-training (SIGKILL: the stage
-    says so and fails), then Snakemake interrupted mid-training (Ctrl-C: no rank outlives it by 10 s); the
-    README's plain command then completes, from the fetched weights although a checkpoint waits in the run
-    folder (what torchtitan would otherwise resume from)."""
+    """Three ways a training stage ends early, then one rerun: torchrun killed mid-training (SIGKILL: the stage
+    says so and fails); Snakemake interrupted mid-training (Ctrl-C: no rank outlives it by 10 s); the
+    loaded-weights gate failing on weights without the pretraining (a failed report, leading with the figures
+    and the stages it blocked). The README's plain command then completes, from the fetched weights although a
+    checkpoint waits in the run folder (what torchtitan would otherwise resume from), and its report replaces
+    the failed one."""
     clean_loss = step1_loss(copy_of_run, "train_native")
     run_dir = copy_of_run / "results" / "train_native" / "run"
     saved_step = tmp_path / "step-10"
@@ -248,12 +266,34 @@ def test_a_killed_or_interrupted_run_stops_every_rank_and_the_plain_command_reru
     assert trainer_processes(copy_of_run) == [], "ranks outlived the interrupt by 10 s"
     snakemake.communicate(timeout=120)
 
+    restore = fail_the_gate(copy_of_run, tmp_path / "fetched")
+    result = rerun(copy_of_run, "train_native")
+    assert result.returncode != 0
+    assert "loaded-weights gate failed" in output(result), output(result)[-3000:]
+    failed = json.loads((copy_of_run / "results" / "report.json").read_text())
+    assert failed["status"] == "fail" and failed["failed_run"]
+    stages = {s["stage"]: s for s in failed["stages"]}
+    native = stages["train_native"]
+    assert native["status"] == "fail" and "loaded-weights gate failed" in native["figures"]["reason"]
+    assert native["figures"]["gate"]["gap"] < native["figures"]["gate"]["min_gap"]
+    assert len(native["figures"]["steps"]) == 10
+    for stage in ("compare_recipes", "export_reload"):
+        assert stages[stage]["status"] == "not_run"
+        assert stages[stage]["notes"] == ["blocked by train_native, which failed"]
+    html = (copy_of_run / "results" / "report.html").read_text()
+    assert "This run failed." in html and "blocked by train_native, which failed" in html
+    assert "loaded-weights gate failed" in html and "min_gap" in html  # the failed figures, shown
+    restore()
+
     (run_dir / "checkpoint").mkdir(parents=True, exist_ok=True)
     shutil.copytree(saved_step, run_dir / "checkpoint" / "step-10", dirs_exist_ok=True)
     # The README's own command, with no --rerun-incomplete: the workflow profile resumes the run.
     result = run_snakemake(copy_of_run, "--cores", "1", "results/report.html")
     assert result.returncode == 0, output(result)[-3000:]
-    assert json.loads((copy_of_run / "results" / "train_native" / "summary.json").read_text())["status"] == "pass"
+    good = json.loads((copy_of_run / "results" / "report.json").read_text())
+    assert not good["failed_run"] and good["status"] != "fail"
+    assert {s["stage"]: s["status"] for s in good["stages"]}["train_native"] == "pass"
+    assert not (copy_of_run / "results" / "failures" / "train_native.json").exists()
     assert step1_loss(copy_of_run, "train_native") == pytest.approx(clean_loss, abs=1e-6)
     # Snakemake empties the job's log on a rerun; the killed run's log was kept beside it.
     kept = [path.read_text() for path in log.parent.glob("train_native.failed-*.log")]
@@ -276,48 +316,6 @@ def test_a_byte_changed_after_its_stage_recorded_it_fails_the_consumer_and_verif
             f"{sha256_file(corpus)}") in output(result), output(result)[-3000:]
     lines, ok = verify(copy_of_run / "results" / "report.json", copy_of_run / "signoffs" / "signoffs.jsonl")
     assert not ok and any("CHANGED results/fetch_corpus/c4_test/data.json" in line for line in lines)
-
-
-def test_a_failed_gate_leaves_a_failed_report_and_the_next_good_run_replaces_it(copy_of_run, tmp_path):
-    import torch
-
-    weights = copy_of_run / CHECKPOINT / "model.safetensors"
-    fetched_summary = copy_of_run / "results" / "fetch_weights" / "summary.json"
-    shutil.copy2(weights, tmp_path / "model.safetensors")
-    for name in ("summary.json", "summary.json.sha256"):  # the summary and the digest recorded beside it
-        shutil.copy2(fetched_summary.with_name(name), tmp_path / name)
-    # Weights that do not carry the pretraining: small random values, like an uninformed model's.
-    generator = torch.Generator().manual_seed(0)
-    edit_safetensors(weights, lambda tensors: tensors.update(
-        {key: torch.randn(value.shape, generator=generator).to(value.dtype) * 0.02 for key, value in tensors.items()}))
-    as_fetched(copy_of_run, weights)
-
-    result = rerun(copy_of_run, "train_native")
-    assert result.returncode != 0
-    assert "loaded-weights gate failed" in output(result), output(result)[-3000:]
-    failed = json.loads((copy_of_run / "results" / "report.json").read_text())
-    assert failed["status"] == "fail" and failed["failed_run"]
-    stages = {s["stage"]: s for s in failed["stages"]}
-    native = stages["train_native"]
-    assert native["status"] == "fail" and "loaded-weights gate failed" in native["figures"]["reason"]
-    assert native["figures"]["gate"]["gap"] < native["figures"]["gate"]["min_gap"]
-    assert len(native["figures"]["steps"]) == 10
-    for stage in ("compare_recipes", "export_reload"):
-        assert stages[stage]["status"] == "not_run"
-        assert stages[stage]["notes"] == ["blocked by train_native, which failed"]
-    html = (copy_of_run / "results" / "report.html").read_text()
-    assert "This run failed." in html and "blocked by train_native, which failed" in html
-    assert "loaded-weights gate failed" in html and "min_gap" in html  # the failed figures, shown
-
-    shutil.copy2(tmp_path / "model.safetensors", weights)
-    for name in ("summary.json", "summary.json.sha256"):
-        shutil.copy2(tmp_path / name, fetched_summary.with_name(name))
-    result = run_snakemake(copy_of_run, "--cores", "2", "results/report.html")
-    assert result.returncode == 0, output(result)[-3000:]
-    good = json.loads((copy_of_run / "results" / "report.json").read_text())
-    assert not good["failed_run"] and good["status"] != "fail"
-    assert {s["stage"]: s["status"] for s in good["stages"]}["train_native"] == "pass"
-    assert not (copy_of_run / "results" / "failures" / "train_native.json").exists()
 
 
 def test_after_a_transformers_pin_change_the_report_lists_reruns_with_reasons_and_moved_figures(copy_of_run):
