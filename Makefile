@@ -8,7 +8,7 @@ ARGS ?=
 # The trn2 configuration the preflight checks (config/config.yaml with these files laid over it).
 TRN2_CONFIG ?= config/trn2.yaml
 
-.PHONY: report test test-fast preflight verify signoff lint lock lock-check clean
+.PHONY: report test test-fast mutations preflight verify signoff lint lock lock-check clean
 
 $(VENV)/.installed: envs/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: $(VENV)/.installed
 FAST_TESTS = not (e2e or torchrun or slurm or chromium or netns)
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "$(FAST_TESTS)" $(ARGS)
+
+# The mutation check: one-line bugs in the code under test, each of which a named test must catch.
+mutations: $(VENV)/.installed
+	bash tests/mutations/run.sh
 
 # The trn2 configuration checked on this machine, before renting a trn2: results/preflight/preflight.html.
 preflight: $(VENV)/.installed

@@ -25,6 +25,11 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 # Collecting the tests imports torchtitan, and with it torch._dynamo, which creates its cache folder in the
 # system temp folder unless told otherwise; the stages keep theirs under .cache/ (backends.cache_env).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(PROJECT / ".cache" / "torchinductor"))
+# Every Snakemake loads its SLURM plugin, which asks SLURM for its config (scontrol show config) as it loads.
+# While the shared run uses the test cluster, /etc/slurm/slurm.conf names a controller that only the cluster's
+# network namespace reaches, and each Snakemake the other tests start would wait 10 s for it. Outside that
+# namespace the tests use no SLURM: an empty config makes SLURM's clients give up at once.
+os.environ["SLURM_CONF"] = os.devnull
 
 
 def make_workspace(root: Path, overlay: dict | None = None) -> Path:
@@ -174,14 +179,15 @@ def slurm_cluster(state: Path):
     """tests/slurm/cluster.sh's one-node cluster for the block; yields the prefix that runs a command in its
     network namespace. Stopped however the block ends: a client config left behind without its controller
     stalls every later Snakemake start."""
+    cluster_env = {key: value for key, value in os.environ.items() if key != "SLURM_CONF"}  # its own config
     try:
         started = subprocess.run([str(SLURM_CLUSTER), "start", str(state)], capture_output=True, text=True,
-                                 timeout=600)
+                                 timeout=600, env=cluster_env)
         assert started.returncode == 0, output(started)[-4000:]
         values = dict(line.split("=", 1) for line in started.stdout.splitlines() if "=" in line)
-        yield ["nsenter", f"--net=/run/netns/{values['NETNS']}"]
+        yield ["nsenter", f"--net=/run/netns/{values['NETNS']}", "env", f"SLURM_CONF={values['SLURM_CONF']}"]
     finally:
-        subprocess.run([str(SLURM_CLUSTER), "stop", str(state)], capture_output=True, timeout=120)
+        subprocess.run([str(SLURM_CLUSTER), "stop", str(state)], capture_output=True, timeout=120, env=cluster_env)
 
 
 def in_cluster(prefix: list[str], *command: str, cwd: Path | None = None, timeout: float = 60):

@@ -165,17 +165,16 @@ def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(complet
     """The native recipe's launch again with the rope_hf replacement (trn2's setting): one replacement per
     layer in its log, and the losses of the shared run's plain recipe, from the same weights and batches. The
     stage's own comparison with its plain twin is the moe_reduced stage's, in the shared run."""
-    from qwen3_pilot.kernels import parse_replacement_lines, replacement_log_problems
-    from qwen3_pilot.training import read_steps
+    from qwen3_pilot.training import read_steps, replacement_check
 
     moe_recipe = json.loads((completed_run / "results" / "moe_reduced" / "recipe.json").read_text())
     rope = [rule for rule in moe_recipe["replacements"] if rule["kernel"] == "rope_hf"]  # kernels.rules.rope_hf
     launch = relaunch(completed_run, "train_native", "run", tmp_path / "relaunch",
                       recipe_changes={"replacements": rope})
     assert launch.returncode == 0, launch.output()[-3000:]
-    lines = parse_replacement_lines(launch.output())
-    assert [line["module"] for line in lines] == ["layers.0.attention.rope", "layers.1.attention.rope"]
-    assert replacement_log_problems(lines, rope, n_layers=2) == []
+    # What the stage checks in its launch log: one replacement per layer, none elsewhere.
+    checked = replacement_check("train_native", launch, rope, n_layers=2)
+    assert checked["per_kernel"]["rope_hf"]["modules"] == ["layers.0.attention.rope", "layers.1.attention.rope"]
     replaced = [step["loss"] for step in read_steps(tmp_path / "relaunch" / "run" / "metrics.jsonl")]
     plain = [step["loss"] for step in json.loads(
         (completed_run / "results" / "train_native" / "summary.json").read_text())["figures"]["steps"]]
