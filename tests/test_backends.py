@@ -45,7 +45,7 @@ def test_a_cpu_rank_runs_its_share_of_the_cores_whatever_snakemake_set(tmp_path)
     import subprocess
     import sys
 
-    from qwen3_pilot.backends.cpu import threads_per_rank
+    from qwen3_pilot.backends import threads_per_rank
 
     backend = make_backend(config("cpu", 2), str(tmp_path))
     job_env = {**os.environ, **dict.fromkeys(("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -71,7 +71,8 @@ def test_neuron_expects_chips_times_cores_over_lnc(tmp_path):
     assert make_backend(lnc1, str(tmp_path)).expected_ranks == 128
 
 
-def test_neuron_launcher_sets_both_lnc_variables_and_a_project_compile_cache(tmp_path):
+def test_neuron_launcher_sets_both_lnc_variables_and_a_project_compile_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
     env = launcher_env(config("neuron", 64), str(tmp_path))
     assert env["NEURON_LOGICAL_NC_CONFIG"] == "2" and env["NEURON_RT_VIRTUAL_CORE_SIZE"] == "2"
     # TorchNeuron's caches; the torch-xla path's variables would be ignored (and --cache_dir is no
@@ -79,28 +80,30 @@ def test_neuron_launcher_sets_both_lnc_variables_and_a_project_compile_cache(tmp
     for key in ("TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR"):
         assert env[key].startswith(str(tmp_path)), key
     assert env["TORCH_NEURONX_NEFF_CACHE_DIR"] != env["TORCH_NEURONX_DEBUG_DIR"]
-    assert "NEURON_COMPILE_CACHE_URL" not in env and "NEURON_CC_FLAGS" not in env
+    assert "NEURON_COMPILE_CACHE_URL" not in env and env["NEURON_CC_FLAGS"] == "--lnc=2"  # the compiler's LNC
 
 
-def test_a_users_neuron_cc_flags_pass_through_the_launch_untouched(tmp_path, monkeypatch):
+def test_a_users_neuron_cc_flags_reach_the_launch_with_the_lnc_after_them(tmp_path, monkeypatch):
     monkeypatch.setenv("NEURON_CC_FLAGS", "--model-type=transformer -O1")
     backend = make_backend(config("neuron", 64), str(tmp_path))
-    assert "NEURON_CC_FLAGS" not in backend.launcher_env
     # How ranks.launch_ranks and training.launch build the ranks' environment.
     launched = {**os.environ, **backend.launcher_env}
-    assert launched["NEURON_CC_FLAGS"] == "--model-type=transformer -O1"
+    assert launched["NEURON_CC_FLAGS"] == "--model-type=transformer -O1 --lnc=2"
 
 
-def test_a_stage_process_gets_the_device_part_of_the_ranks_environment(tmp_path):
+def test_a_stage_process_gets_the_device_part_of_the_ranks_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEURON_CC_FLAGS", "-O1")
     neuron = make_backend({**config("neuron", 64), "nodes": 2}, str(tmp_path))
-    # The same values the ranks get, without the launch-only parts (the EFA settings of a two-node launch).
+    # The same values the ranks get, without the launch-only parts (the EFA settings of a two-node launch, the
+    # thread counts per rank).
     assert neuron.device_process_env == {key: neuron.launcher_env[key] for key in (
-        "TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR", "NEURON_LOGICAL_NC_CONFIG",
-        "NEURON_RT_VIRTUAL_CORE_SIZE")}
-    assert "FI_PROVIDER" in neuron.launcher_env
+        "TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR",
+        "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VIRTUAL_CORE_SIZE", "NEURON_CC_FLAGS")}
+    assert "FI_PROVIDER" in neuron.launcher_env and "OMP_NUM_THREADS" in neuron.launcher_env
     environ = {"NEURON_LOGICAL_NC_CONFIG": "1", "NEURON_CC_FLAGS": "-O1"}
     assert apply_device_process_env(neuron, environ) == neuron.device_process_env
-    assert environ == {**neuron.device_process_env, "NEURON_CC_FLAGS": "-O1"}  # the config's LNC, the user's flags
+    # The config's LNC, for the runtime and after the user's flags for the compiler.
+    assert environ == neuron.device_process_env and environ["NEURON_CC_FLAGS"] == "-O1 --lnc=2"
     # cpu: nothing beyond the compiler caches every stage process keeps in the project; no OMP_NUM_THREADS.
     cpu_environ: dict[str, str] = {}
     assert apply_device_process_env(make_backend(config("cpu", 2), str(tmp_path)), cpu_environ) == {} == cpu_environ

@@ -4,6 +4,7 @@ cost; the stage on recorded runs (its notes, cost and peak); and how its figures
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -89,15 +90,17 @@ def recorded_times(recipe, variant, settings):
     return [STEP1[variant] - 1.0, 0.5] + [0.2] * (steps - 2)
 
 
-def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, settings=SETTINGS):
+def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, settings=SETTINGS, eager_compiles=False):
     """The stage with its trainer launches replaced by recorded metric lines, each run's step times from
-    `times(recipe, variant, settings)`: (its summary, what each launch was given)."""
+    `times(recipe, variant, settings)`: (its summary, what each launch was given, with the files in its
+    compile cache folder at launch). `eager_compiles`: a cpu backend whose eager runs compile, as neuron's do."""
     from qwen3_pilot.backends import make_backend
     from qwen3_pilot.launch import Launch
     from qwen3_pilot.stages import benchmark as stage
 
     folder.mkdir(parents=True, exist_ok=True)
-    backend = make_backend(backend_config("cpu", 2), str(folder / "cache"))
+    backend = dataclasses.replace(make_backend(backend_config("cpu", 2), str(folder / "cache")),
+                                  eager_compiles=eager_compiles)
     monkeypatch.setattr(stage, "usable_backend", lambda *args: backend)
     monkeypatch.setattr(stage, "ranks_peak_flops", lambda path: 1e10)
     monkeypatch.setattr(stage, "read_checkpoint_values", lambda path: {"vocab_size": 256})
@@ -105,8 +108,10 @@ def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, sett
 
     def fake_launch(what, backend, *, run_dir, extra_env, launch_name, overrides, recipe_path, **kwargs):
         variant = run_dir.name
+        cache = Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]).parent if extra_env else None
         launched[launch_name] = {"overrides": overrides, "env": extra_env,
-                                 "recipe": json.loads(recipe_path.read_text())}
+                                 "recipe": json.loads(recipe_path.read_text()),
+                                 "cache_files": sorted(p.name for p in cache.rglob("*")) if cache else None}
         if variant == "compiled_cold":
             (Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]) / "graph").parent.mkdir(parents=True, exist_ok=True)
             (Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]) / "graph").write_text("compiled")
@@ -166,6 +171,28 @@ def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster
     assert eager["warmup_phase_s"] == pytest.approx(9.5)
     assert cost_rows["train_native"]["warmup"] == pytest.approx(36.0 / 3600 * 9.5)
     assert len(figures["step_times"]) == 5 * 5
+
+
+def test_where_eager_compiles_the_eager_run_starts_from_an_empty_compile_cache_of_its_own(tmp_path, monkeypatch):
+    """neuron (TorchNeuron compiles in eager mode too): compile cost = cold - eager compares two cold runs, so
+    the eager run gets an emptied cache folder of its own, apart from the cold and warm ones; elsewhere the
+    eager run keeps the project's caches (no cache of its own)."""
+    runs = tmp_path / "runs" / "train_native" / "compile_cache"
+    (runs / "eager" / "torchinductor_cache_dir").mkdir(parents=True)
+    (runs / "eager" / "torchinductor_cache_dir" / "left-by-an-earlier-run").write_text("graph")
+    summary, launched = run_stage(tmp_path, monkeypatch, eager_compiles=True)
+    caches = {name: launch["env"].get("TORCHINDUCTOR_CACHE_DIR") for name, launch in launched.items()}
+    assert caches == {"train_native-eager": str(runs / "eager" / "torchinductor_cache_dir"),
+                      "train_native-compiled_cold": str(runs / "cold" / "torchinductor_cache_dir"),
+                      "train_native-compiled_warm": str(runs / "warm" / "torchinductor_cache_dir"),
+                      "moe_reduced-eager": str(tmp_path / "runs" / "moe_reduced" / "compile_cache" / "eager" /
+                                               "torchinductor_cache_dir"),
+                      "moe_reduced-plain": None}
+    assert launched["train_native-eager"]["cache_files"] == launched["train_native-compiled_cold"]["cache_files"] == []
+    assert "compares two cold runs: the eager run compiles too and starts from an empty compile cache" in (
+        summary["proves"])
+    _, launched = run_stage(tmp_path / "cpu", monkeypatch)
+    assert launched["train_native-eager"]["env"] == {} == launched["moe_reduced-eager"]["env"]
 
 
 def test_a_run_whose_steady_steps_vary_is_noted_noisy(tmp_path, monkeypatch):

@@ -78,9 +78,10 @@ def test_kernel_numerics_on_neuron_fails_at_once_naming_the_missing_packages(tmp
         "TORCH_NEURONX_DEBUG_DIR": f"{tmp_path.resolve()}/neuron/debug",
         "NEURON_LOGICAL_NC_CONFIG": "2", "NEURON_RT_VIRTUAL_CORE_SIZE": "2",
     }
-    # Nothing of the ranks' launch: no EFA settings even with nodes = 2, no thread count; the user's flags kept.
+    # Nothing of the ranks' launch: no EFA settings even with nodes = 2, no thread count; the user's flags kept,
+    # the configured LNC after them for the compiler.
     assert "FI_PROVIDER" not in os.environ and "OMP_NUM_THREADS" not in os.environ
-    assert os.environ["NEURON_CC_FLAGS"] == "--the-user's-own"
+    assert os.environ["NEURON_CC_FLAGS"] == "--the-user's-own --lnc=2"
 
 
 def test_the_trn2_numerics_settings_ask_float32_to_be_exact_and_derive_the_bfloat16_bound():

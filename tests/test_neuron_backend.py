@@ -253,12 +253,16 @@ class RecordingDeviceModule:
     ANSWERS = {
         "get_device_name": "fake device", "current_device": 0,
         "get_device_properties": type("Properties", (), {"total_memory": 24 * GIB})(),
-        "memory_stats": {"active_bytes.all.peak": 6 * GIB, "reserved_bytes.all.peak": 12 * GIB,
-                         "num_alloc_retries": 0, "num_ooms": 0},
+        # TorchNeuron's form: byte figures nested under current/peak, two counters beside them.
+        "memory_stats": {"active_bytes": {"current": 1 * GIB, "peak": 6 * GIB},
+                         "reserved_bytes": {"current": 2 * GIB, "peak": 12 * GIB},
+                         "allocated_bytes": {"current": 1 * GIB, "peak": 6 * GIB},
+                         "num_alloc_retries": 0, "num_ooms": 0, "num_tensor_frees": 3, "allocation_requests": 9},
     }
 
     def __init__(self):
         self.calls: list[str] = []
+        self.ANSWERS = copy.deepcopy(self.ANSWERS)
 
     def __getattr__(self, name):
         def call(*args, **kwargs):
@@ -285,7 +289,8 @@ def test_the_memory_monitor_reads_the_peaks_after_a_synchronize(fake_device_modu
     from qwen3_pilot.backends.neuron import SynchronizedMemoryMonitor
 
     # torchtitan's own monitor on a cpu device object: torch.device("neuron") only parses with torch_neuronx.
-    monitor = SynchronizedMemoryMonitor(tt_metrics.DeviceMemoryMonitor("cpu"), fake_device_module)
+    monitor = SynchronizedMemoryMonitor(tt_metrics.DeviceMemoryMonitor("cpu"), fake_device_module,
+                                        tt_metrics.DeviceMemStats)
     fake_device_module.calls.clear()
     stats = monitor.get_peak_stats()
     assert fake_device_module.calls == ["synchronize", "memory_stats"]
@@ -293,6 +298,28 @@ def test_the_memory_monitor_reads_the_peaks_after_a_synchronize(fake_device_modu
     assert monitor.device_name == "fake device" and monitor.device_capacity_gib == 24
     monitor.reset_peak_stats()
     assert fake_device_module.calls[-1] == "reset_peak_memory_stats"
+    # CUDA's flat spelling of the same figures reads the same.
+    gib = RecordingDeviceModule.GIB
+    fake_device_module.ANSWERS["memory_stats"] = {"active_bytes.all.peak": 6 * gib,
+                                                  "reserved_bytes.all.peak": 12 * gib, "num_alloc_retries": 0,
+                                                  "num_ooms": 0}
+    assert monitor.get_peak_stats().max_active_gib == 6
+
+
+@pytest.mark.parametrize("missing", ["active_bytes", "num_ooms"])
+def test_a_memory_stat_the_device_does_not_give_is_an_error_naming_it_not_a_figure(fake_device_module, missing):
+    """torchtitan's own monitor reads a missing key as -1 byte, i.e. a peak of -0.00 GiB."""
+    import torchtitan.components.metrics as tt_metrics
+
+    from qwen3_pilot.backends.neuron import SynchronizedMemoryMonitor
+
+    del fake_device_module.ANSWERS["memory_stats"][missing]
+    monitor = SynchronizedMemoryMonitor(tt_metrics.DeviceMemoryMonitor("cpu"), fake_device_module,
+                                        tt_metrics.DeviceMemStats)
+    with pytest.raises(KeyError, match=f"torch.neuron.memory_stats\\(\\) has no '{missing}'") as raised:
+        monitor.get_peak_stats()
+    assert "its keys: active_bytes" in str(raised.value) or "its keys: allocated_bytes" in str(raised.value)
+    assert "num_tensor_frees" in str(raised.value)
 
 
 def test_prepare_torchtitan_imports_torch_neuronx_and_makes_the_compile_cache_folders(
@@ -321,6 +348,89 @@ def test_without_torch_neuronx_the_neuron_processes_stop_naming_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch_neuronx", None)  # import raises ImportError
     with pytest.raises(ImportError, match="the neuron backend needs torch_neuronx"):
         prepare_torchtitan()
+
+
+# ---- 6. the launch environment, as the preflight prints it ----
+
+
+def printed_launches(monkeypatch, tmp_path, **environ):
+    """The preflight's launch plan of config/trn2.yaml with `environ` in the launching environment (None
+    unsets a variable): what `make preflight` prints for every neuron stage."""
+    from qwen3_pilot.preflight import launch_plan, load_config
+
+    for key in ("NEURON_RT_VISIBLE_CORES", "NEURON_CC_FLAGS"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    config = load_config([PROJECT / "config" / "trn2.yaml"])
+    backend = make_backend(config, str(tmp_path / "cache"))
+    return backend, launch_plan(config, backend, PROJECT)
+
+
+def test_each_neuron_rank_gets_the_cpu_backends_thread_caps_at_host_cpus_over_ranks(tmp_path, monkeypatch):
+    from qwen3_pilot.backends import THREAD_COUNT_VARS
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 192)  # a trn2.48xlarge
+    _, launches = printed_launches(monkeypatch, tmp_path)
+    torchrun = [launch for launch in launches if "torch.distributed.run" in launch["command"]]
+    assert torchrun and all({key: launch["env"].get(key) for key in THREAD_COUNT_VARS}
+                            == dict.fromkeys(THREAD_COUNT_VARS, "3") for launch in torchrun)  # 192 / 64
+    # Never below one thread; the stage's own process (kernel_numerics) is no rank and keeps its own.
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    backend = make_backend(backend_config("neuron", 64, neuron=TRN2["neuron"]), str(tmp_path))
+    assert backend.launcher_env["OMP_NUM_THREADS"] == "1" and "OMP_NUM_THREADS" not in backend.device_process_env
+
+
+def test_a_preset_neuron_rt_visible_cores_is_refused_before_launch_naming_its_value(tmp_path, monkeypatch):
+    from qwen3_pilot.preflight import PreflightError
+    from qwen3_pilot.training import TrainingError, usable_backend
+
+    with pytest.raises(PreflightError, match="NEURON_RT_VISIBLE_CORES='0-3' is set") as raised:
+        printed_launches(monkeypatch, tmp_path, NEURON_RT_VISIBLE_CORES="0-3")
+    assert "unset NEURON_RT_VISIBLE_CORES" in str(raised.value)
+    # The stages refuse it too, before torchrun starts (besides this machine having no devices).
+    config = backend_config("neuron", 64, neuron=TRN2["neuron"])
+    with pytest.raises(TrainingError, match="NEURON_RT_VISIBLE_CORES='0-3' is set"):
+        usable_backend("train_native", config, str(tmp_path))
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES")
+    assert "NEURON_RT_VISIBLE_CORES" not in make_backend(config, str(tmp_path)).unavailable_reason
+
+
+@pytest.mark.parametrize("user_flags, launched", [
+    (None, "--lnc=2"),
+    ("--model-type=transformer -O1", "--model-type=transformer -O1 --lnc=2"),
+    ("-O1 --lnc=2", "-O1 --lnc=2"),
+    ("--lnc 2 -O1", "--lnc 2 -O1"),
+    ("--logical-nc-config=2", "--logical-nc-config=2"),
+], ids=["unset", "the_users_flags_kept", "the_same_lnc_not_repeated", "spaced", "long_form"])
+def test_the_compiler_gets_the_configured_lnc_after_the_users_own_flags(tmp_path, monkeypatch, user_flags, launched):
+    environ = {} if user_flags is None else {"NEURON_CC_FLAGS": user_flags}
+    backend, launches = printed_launches(monkeypatch, tmp_path, **environ)
+    assert {launch["env"]["NEURON_CC_FLAGS"] for launch in launches} == {launched}  # the stage process's too
+    assert backend.device_process_env["NEURON_CC_FLAGS"] == launched
+
+
+@pytest.mark.parametrize("user_flags, written", [("-O1 --lnc=1", "--lnc=1"), ("-lnc 1", "-lnc 1")])
+def test_an_lnc_in_neuron_cc_flags_that_is_not_neuron_lnc_is_refused_naming_both(
+    tmp_path, monkeypatch, user_flags, written
+):
+    from qwen3_pilot.preflight import PreflightError
+
+    with pytest.raises(PreflightError, match=f"NEURON_CC_FLAGS='{user_flags}' passes {written}, but neuron.lnc = 2"):
+        printed_launches(monkeypatch, tmp_path, NEURON_CC_FLAGS=user_flags)
+    backend = make_backend(backend_config("neuron", 64, neuron=TRN2["neuron"]), str(tmp_path))
+    assert f"passes {written}, but neuron.lnc = 2" in backend.unavailable_reason
+
+
+def test_torchneurons_compile_cache_lock_folder_is_in_the_projects_cache_not_tmp(tmp_path, monkeypatch):
+    backend, launches = printed_launches(monkeypatch, tmp_path)
+    for launch in launches:  # every rank's and the stage process's
+        assert launch["env"]["TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"] == str(tmp_path / "cache" / "neuron" /
+                                                                         "neff-local-cache"), launch["launch"]
+    # Beside the NEFF cache, and not a per-measurement cache folder of the benchmark (no copied locks).
+    assert backend.device_process_env["TORCH_NEURONX_NEFF_CACHE_DIR"] == str(tmp_path / "cache" / "neuron" /
+                                                                            "neff-cache")
+    assert "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR" not in backend.compile_cache_vars
 
 
 # ---- 7. pins ----

@@ -49,15 +49,16 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert numerics["command"][-1].endswith("workflow/scripts/kernel_numerics.py")
     assert "torch.distributed.run" not in numerics["command"]
     assert set(numerics["env"]) == {"TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR",
-                                    "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VIRTUAL_CORE_SIZE"}
+                                    "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR", "NEURON_LOGICAL_NC_CONFIG",
+                                    "NEURON_RT_VIRTUAL_CORE_SIZE", "NEURON_CC_FLAGS"}
     assert numerics["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith("neuron/neff-cache")
     assert numerics["env"]["NEURON_LOGICAL_NC_CONFIG"] == numerics["env"]["NEURON_RT_VIRTUAL_CORE_SIZE"] == "2"
     launches = [launch for launch in launches if launch is not numerics]
     for launch in launches:
         assert "--nproc-per-node=64" in launch["command"] and "--local-ranks-filter=0" in launch["command"]
-        assert launch["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2" and "NEURON_CC_FLAGS" not in launch["env"]
-    # The benchmark's launches: per recipe and run; compiled ones with the neuron compile backend and a
-    # compile cache of their own per measurement.
+        assert launch["env"]["NEURON_LOGICAL_NC_CONFIG"] == "2" and launch["env"]["NEURON_CC_FLAGS"].endswith("--lnc=2")
+    # The benchmark's launches: per recipe and run; compiled ones with the neuron compile backend; a compile
+    # cache of their own per measurement, the eager run's too (TorchNeuron compiles in eager mode).
     bench = {launch["launch"]: launch for launch in launches if launch["stage"] == "benchmark"}
     assert set(bench) == {"train_native eager", "train_native compiled_cold", "train_native compiled_warm",
                           "moe_reduced eager", "moe_reduced plain"}
@@ -70,7 +71,9 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert warm["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith(
         "results/benchmark/runs/train_native/compile_cache/warm/torch_neuronx_neff_cache_dir")
     assert "--compile.enable" not in bench["moe_reduced eager"]["command"]
-    assert bench["moe_reduced eager"]["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith("neuron/neff-cache")
+    assert bench["moe_reduced eager"]["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith(
+        "results/benchmark/runs/moe_reduced/compile_cache/eager/torch_neuronx_neff_cache_dir")
+    assert bench["moe_reduced plain"]["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith("neuron/neff-cache")
     assert "Nothing in this preflight ran on Trainium" in report["nothing_ran_on_trainium"]
     html = (tmp_path / "preflight" / "preflight.html").read_text()
     assert "Nothing in this preflight ran on Trainium" in html and "rope_hf_on_every_layer" in html

@@ -125,8 +125,12 @@ def run_paths(runs_dir: Path, recipe: str, variant: str) -> tuple[Path, Path, st
     return folder / f"recipe.{variant}.json", folder / variant, f"{recipe}-{variant}"
 
 
-def compile_cache_folder(recipe_dir: Path, variant: str) -> Path | None:
-    """The compile cache of a compiled run: its own folder per measurement (cold, warm), none for eager."""
+def compile_cache_folder(recipe_dir: Path, variant: str, eager_compiles: bool = False) -> Path | None:
+    """The compile cache of a run that compiles: its own folder per measurement (cold, warm), and one for the
+    eager run where eager mode compiles too (neuron: Backend.eager_compiles), so that the compile cost at
+    step 1 (cold - eager) compares two runs that both start from an empty cache; none for eager elsewhere."""
+    if variant == "eager" and eager_compiles:
+        return Path(recipe_dir) / "compile_cache" / "eager"
     if not variant.startswith("compiled_"):
         return None
     return Path(recipe_dir) / "compile_cache" / variant.removeprefix("compiled_")
@@ -157,7 +161,8 @@ def run_figures(
 
 
 def compile_effect(eager: dict[str, Any], cold: dict[str, Any], warm: dict[str, Any]) -> dict[str, Any]:
-    """What compiling costs at step 1 (cold cache against eager), what the cache the cold run left saves
+    """What compiling costs at step 1 (cold cache against eager: two cold runs where eager compiles too, each
+    from an empty cache of its own), what the cache the cold run left saves
     (warm against cold), and what compiling gains per steady step (eager against warm)."""
     gain = eager["step_time_s"]["median"] - warm["step_time_s"]["median"]
     return {

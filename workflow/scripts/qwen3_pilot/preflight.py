@@ -232,9 +232,16 @@ def _counts(paths: dict[str, list[str]]) -> dict[str, int]:
 def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str, Any]]:
     """The command and added environment of every neuron stage that uses the device: each torchrun launch,
     built by the same functions the stages launch with, at the paths the workflow gives them, and
-    kernel_numerics, which uses the device in the stage's own process."""
+    kernel_numerics, which uses the device in the stage's own process. Refused, naming each, where this
+    environment would break the launches (a preset NEURON_RT_VISIBLE_CORES, an LNC in NEURON_CC_FLAGS that is
+    not neuron.lnc)."""
+    from .backends.neuron import launch_environment_problems
     from .ranks import rank_worker_command
     from .training import CONFIG_FUNCTIONS, CONTROL_OVERRIDES, PLAIN_RECIPE, trainer_launch
+
+    problems = launch_environment_problems(config)
+    if problems:
+        raise PreflightError("the launching environment:\n  - " + "\n  - ".join(problems))
 
     python, results, logs = sys.executable, project / "results", project / "logs"
     launches = [{
@@ -268,7 +275,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
 
 def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Path) -> list[dict[str, Any]]:
     """The benchmark stage's launches: per recipe and run, with the compile backend and the fresh compile
-    cache folder of each compiled measurement."""
+    cache folder of each measurement that compiles (the eager one too on neuron)."""
     from .benchmark import RUN_OVERRIDES, compile_cache_folder, run_paths, variants
     from .training import CONFIG_FUNCTIONS, trainer_launch
 
@@ -278,7 +285,7 @@ def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Pat
         rules = stage_kernel_rules(config, recipe)
         for variant, _, flags in variants(recipe, rules, config["benchmark"], backend.compile_backend):
             recipe_path, run_dir, launch_name = run_paths(runs_dir, recipe, variant)
-            cache = compile_cache_folder(run_dir.parent, variant)
+            cache = compile_cache_folder(run_dir.parent, variant, backend.eager_compiles)
             command, env = trainer_launch(
                 backend, backend.ranks_per_node, CONFIG_FUNCTIONS[recipe], recipe_path, run_dir,
                 (*RUN_OVERRIDES, *flags), sys.executable,

@@ -110,6 +110,9 @@ class Backend:
     compile_cache_vars: tuple[str, ...] = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
     # More than one node: how a launch spans them; None: torchrun --standalone on this machine.
     multi_node: MultiNode | None = None
+    # Whether a run without torch.compile compiles graphs too (and caches them in compile_cache_vars): then
+    # the benchmark gives its eager run an empty compile cache of its own, as it does the cold compiled run.
+    eager_compiles: bool = False
     # What any process that uses the device needs, the stage processes that do (kernel_numerics) as well as
     # torchrun's ranks (launcher_env holds it too): compile caches and runtime settings, none of the
     # launch-only parts (thread counts per rank, multi-node networking).
@@ -170,6 +173,26 @@ def apply_device_process_env(backend: Backend, environ: MutableMapping[str, str]
     what this process had. Returns what was set."""
     environ.update(backend.device_process_env)
     return dict(backend.device_process_env)
+
+
+# Every thread count a rank's libraries read. Snakemake sets them all to the job's threads for its jobs'
+# processes, and torch takes MKL_NUM_THREADS over OMP_NUM_THREADS when they differ: with OMP_NUM_THREADS
+# alone capped, 2 ranks on 2 cores ran 2 threads each under Snakemake (10% slower steps than by hand).
+THREAD_COUNT_VARS = (
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
+def threads_per_rank(ranks_per_node: int) -> int:
+    # Ranks share the machine's cores; without a cap each rank starts one thread per core and
+    # the ranks oversubscribe the CPU.
+    return max(1, (os.cpu_count() or 1) // ranks_per_node)
+
+
+def thread_caps(ranks_per_node: int) -> dict[str, str]:
+    """Every thread count variable at this machine's CPUs / the ranks on it (at least 1), for each rank."""
+    return dict.fromkeys(THREAD_COUNT_VARS, str(threads_per_rank(ranks_per_node)))
 
 
 # Compiler caches that importing torch._dynamo (torchtitan does) would otherwise create in the system temp folder.

@@ -13,7 +13,7 @@ import resource
 import time
 from typing import Any
 
-from . import Backend, cache_env, multi_node_launch
+from . import Backend, cache_env, multi_node_launch, thread_caps
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ WORKAROUNDS = ("device", "memory", "barrier", "fsdp_sum")
 
 def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
     ranks = config["ranks"]
-    env = {**cache_env(cache_root), **dict.fromkeys(THREAD_COUNT_VARS, str(threads_per_rank(ranks)))}
+    env = {**cache_env(cache_root), **thread_caps(ranks)}
     multi_node = multi_node_launch(config)
     return Backend(
         name="cpu",
@@ -39,21 +39,6 @@ def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
             "verify_ranks (the slowest rank); a CPU has no published dense peak that torchtitan knows"
         ),
     )
-
-
-# Every thread count a rank's libraries read. Snakemake sets them all to the job's threads for its jobs'
-# processes, and torch takes MKL_NUM_THREADS over OMP_NUM_THREADS when they differ: with OMP_NUM_THREADS
-# alone capped, 2 ranks on 2 cores ran 2 threads each under Snakemake (10% slower steps than by hand).
-THREAD_COUNT_VARS = (
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
-
-
-def threads_per_rank(ranks: int) -> int:
-    # Ranks share the machine's cores; without a cap each rank starts one thread per core and
-    # the ranks oversubscribe the CPU.
-    return max(1, (os.cpu_count() or 1) // ranks)
 
 
 def measure_peak_flops(size: int = 512, seconds: float = 0.5) -> float:

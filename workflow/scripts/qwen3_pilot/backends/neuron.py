@@ -10,8 +10,10 @@ from __future__ import annotations
 import glob
 import importlib.metadata
 import json
+import logging
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -19,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import expected_neuron_ranks
-from . import Backend, cache_env, multi_node_launch
+from . import Backend, cache_env, multi_node_launch, thread_caps
+
+log = logging.getLogger(__name__)
 
 # The Neuron driver, runtime, collectives and tools (neuron-ls) packages; the same names in AWS's apt
 # (Ubuntu DLAMI) and yum (Amazon Linux 2023) repositories.
@@ -45,8 +49,20 @@ GIB = 2**30
 TRN2_BF16_PEAK_FLOPS_PER_PHYSICAL_CORE = 158e12 / 2
 # TorchNeuron's compile caches (DESIGN.md): compiled NEFFs, and the debug folder whose default is
 # /tmp/neuron_backend. NEURON_COMPILE_CACHE_URL and NEURON_CC_FLAGS=--cache_dir are the older torch-xla
-# path's, and --cache_dir is no neuronx-cc option; a user's NEURON_CC_FLAGS passes through untouched.
+# path's, and --cache_dir is no neuronx-cc option; a user's NEURON_CC_FLAGS is kept, with the LNC added.
 COMPILE_CACHE_DIRS = {"TORCH_NEURONX_NEFF_CACHE_DIR": "neff-cache", "TORCH_NEURONX_DEBUG_DIR": "debug"}
+# TorchNeuron's local folder for the compile cache's lock files, /tmp/local_cache unless this is set (the
+# torch-neuronx source: CompilationCache's constructor in CompilationCache.cpp, which includes
+# torch_neuronx/csrc/core/cache/CacheUtils.h: "Initialize local cache directory for lock files"; and its
+# Python cache utilities' get_local_cache_dir; read through the search index, which names no repository).
+# One folder for the project, not one per measurement: a measurement's copied cache must carry no locks.
+LOCAL_CACHE_DIRS = {"TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR": "neff-local-cache"}
+# The compiler's LNC option in NEURON_CC_FLAGS, as a user may spell it: `--lnc=N` (AWS's NCC_EVRF066 page
+# sets NEURON_CC_FLAGS="--lnc=1": https://awsdocs-neuron.readthedocs-hosted.com/en/latest/compiler/
+# error-codes/EVRF066.html), `--lnc N`, and the long and short forms `--logical-nc-config` / `-lnc`
+# (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/
+# logical-neuroncore-config.html, which also says the compiler's LNC must be the runtime's).
+LNC_OPTION = re.compile(r"(--lnc|-lnc|--logical-nc-config)(?:=(.*))?")
 
 
 @dataclass(frozen=True)
@@ -76,8 +92,63 @@ def peak_flops_per_rank(lnc: int) -> float:
 
 
 def compile_cache_env(cache_root: str) -> dict[str, str]:
-    """Compiled graphs under the project's cache folder, so that a rerun reuses them."""
-    return {key: f"{cache_root}/neuron/{folder}" for key, folder in COMPILE_CACHE_DIRS.items()}
+    """Compiled graphs and the cache's lock files under the project's cache folder, so that a rerun reuses
+    them and nothing lands in /tmp."""
+    return {key: f"{cache_root}/neuron/{folder}" for key, folder in {**COMPILE_CACHE_DIRS, **LOCAL_CACHE_DIRS}.items()}
+
+
+def user_lnc(flags: str) -> tuple[str, str] | None:
+    """(the option as written, its value) of the LNC option in a NEURON_CC_FLAGS value; None without one."""
+    try:
+        words = shlex.split(flags)
+    except ValueError:  # an unbalanced quote: the compiler's own parsing is not ours to redo; words as typed
+        words = flags.split()
+    for index, word in enumerate(words):
+        match = LNC_OPTION.fullmatch(word)
+        if match:
+            value = match.group(2) if match.group(2) is not None else (words[index + 1:index + 2] or [""])[0]
+            written = word if match.group(2) is not None else f"{word} {value}".strip()
+            return written, value
+    return None
+
+
+def neuron_cc_flags(flags: str, lnc: int) -> str:
+    """A user's NEURON_CC_FLAGS with `--lnc=<neuron.lnc>` after them; unchanged where they pass an LNC
+    option already (one that differs is refused by `launch_environment_problems`)."""
+    if user_lnc(flags) is not None:
+        return flags
+    return f"{flags} --lnc={lnc}".strip()
+
+
+def launch_environment_problems(config: dict[str, Any], environ: dict[str, str] | None = None) -> list[str]:
+    """What in the launching environment would break the neuron ranks, each naming the variable, its value
+    and what to change; refused before any launch (Backend.unavailable_reason, and the preflight)."""
+    environ = os.environ if environ is None else environ
+    problems = []
+    # A container or the Kubernetes Neuron device plugin may preset the cores this process's runtime
+    # reserves (https://awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/neuron-runtime/guides/
+    # configuration-guide.html, "Using NEURON_RT_VISIBLE_CORES"); every rank would inherit it, while each
+    # TorchNeuron rank takes one device, neuron:<local rank>. That a preset list trips TorchNeuron's
+    # one-device-per-process assertion is issue 19's report, not found in the torch-neuronx source read here.
+    # Refused, not cleared: no AWS source says clearing it is safe under a device plugin.
+    visible = environ.get("NEURON_RT_VISIBLE_CORES")
+    if visible is not None and visible.strip():
+        problems.append(
+            f"NEURON_RT_VISIBLE_CORES={visible!r} is set in the launching environment (a container or the "
+            "Kubernetes Neuron device plugin sets it); the ranks would all inherit it, and TorchNeuron gives each "
+            "rank one device (neuron:<local rank>): unset NEURON_RT_VISIBLE_CORES before the launch "
+            "(`unset NEURON_RT_VISIBLE_CORES`, or `env -u NEURON_RT_VISIBLE_CORES snakemake ...`)"
+        )
+    lnc = config["neuron"]["lnc"]
+    flags = environ.get("NEURON_CC_FLAGS", "")
+    given = user_lnc(flags)
+    if given is not None and given[1] != str(lnc):
+        problems.append(
+            f"NEURON_CC_FLAGS={flags!r} passes {given[0]}, but neuron.lnc = {lnc} (NEURON_LOGICAL_NC_CONFIG, the "
+            f"runtime's LNC, which the compiler's must equal): drop {given[0]} from NEURON_CC_FLAGS (the launch "
+            f"adds --lnc={lnc}) or set neuron.lnc"
+        )
+    return problems
 
 
 # Collectives between instances go over EFA through libfabric (AWS's multi-node Neuron samples set these; the
@@ -85,15 +156,19 @@ def compile_cache_env(cache_root: str) -> dict[str, str]:
 EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
 
 
-def device_process_env(config: dict[str, Any], cache_root: str) -> dict[str, str]:
-    """What every process that uses a NeuronCore needs, a rank or a stage's own process: the compile caches
-    and the LNC the runtime starts with."""
+def device_process_env(
+    config: dict[str, Any], cache_root: str, environ: dict[str, str] | None = None
+) -> dict[str, str]:
+    """What every process that uses a NeuronCore needs, a rank or a stage's own process: the compile caches,
+    the LNC the runtime starts with, and the same LNC for the compiler after the user's own flags."""
+    environ = os.environ if environ is None else environ
     lnc = str(config["neuron"]["lnc"])
     return {
         **compile_cache_env(cache_root),
         # Runtimes from 2.20 read NEURON_LOGICAL_NC_CONFIG; older ones NEURON_RT_VIRTUAL_CORE_SIZE.
         "NEURON_LOGICAL_NC_CONFIG": lnc,
         "NEURON_RT_VIRTUAL_CORE_SIZE": lnc,
+        "NEURON_CC_FLAGS": neuron_cc_flags(environ.get("NEURON_CC_FLAGS", ""), config["neuron"]["lnc"]),
     }
 
 
@@ -103,7 +178,10 @@ def launcher_env(config: dict[str, Any], cache_root: str, environ: dict[str, str
     # unset: TorchNeuron's process group sets it to MASTER_ADDR (global rank 0's host, which the c10d
     # rendezvous chooses, not always the first node) with a free port agreed through the store.
     efa = {key: value for key, value in EFA_ENV.items() if key not in environ} if config["nodes"] > 1 else {}
-    return {**cache_env(cache_root), **device_process_env(config, cache_root), **efa}
+    # Each rank's thread counts capped at the host's CPUs / the ranks on it, as on cpu: uncapped, 64 ranks
+    # would each start a thread per host CPU (192 on a trn2.48xlarge) while they compile.
+    threads = thread_caps(expected_neuron_ranks(config["neuron"]))
+    return {**cache_env(cache_root), **threads, **device_process_env(config, cache_root, environ), **efa}
 
 
 def unavailable_reason(device_paths: list[str], expected_chips: int) -> str | None:
@@ -295,8 +373,9 @@ def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
         expected_ranks=expected_neuron_ranks(neuron) * config["nodes"],
         launcher_env=launcher_env(config, cache_root),
         device_process_env=device_process_env(config, cache_root),
-        unavailable_reason=(unavailable_reason(sorted(glob.glob(DEVICE_GLOB)), neuron["chips"])
-                            or (multi_node.problem if multi_node else None)),
+        unavailable_reason="; ".join(reason for reason in (
+            unavailable_reason(sorted(glob.glob(DEVICE_GLOB)), neuron["chips"]), *launch_environment_problems(config),
+            multi_node.problem if multi_node else None) if reason) or None,
         multi_node=multi_node,
         system_versions=read_system_versions,
         device_for_local_rank=lambda local_rank: f"neuron:{local_rank}",
@@ -312,6 +391,9 @@ def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
         # torchtitan's --compile.backend neuron (TorchNeuron) caches its NEFFs in TORCH_NEURONX_NEFF_CACHE_DIR.
         compile_backend="neuron",
         compile_cache_vars=tuple(COMPILE_CACHE_DIRS),
+        # Eager mode compiles each graph with neuronx-cc and caches the NEFF just as torch.compile does
+        # (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/compiler/about-compiler-artifacts.html).
+        eager_compiles=True,
     )
 
 
@@ -343,23 +425,57 @@ def prepare_torchtitan() -> list[str]:
     import torchtitan.components.metrics as tt_metrics
 
     # torchtitan's DeviceMemoryMonitor reads device_module.memory_stats as it is: on neuron the device runs
-    # the queued graphs asynchronously, so the figures could miss the step's own peak. Whatever monitor the
-    # installed torchtitan builds is kept, and asked after the device has finished its work.
+    # the queued graphs asynchronously, so the figures could miss the step's own peak; and it reads CUDA's
+    # flat keys with a default of -1 byte, which TorchNeuron's nested stats lack (a "-0.00 GiB" peak).
+    # Whatever monitor the installed torchtitan builds is kept for the rest; the peaks are read here, after
+    # the device has finished its work, from the keys TorchNeuron gives.
     build = tt_metrics.build_device_memory_monitor
-    tt_metrics.build_device_memory_monitor = lambda: SynchronizedMemoryMonitor(build(), tt_metrics.device_module)
+    tt_metrics.build_device_memory_monitor = lambda: SynchronizedMemoryMonitor(
+        build(), tt_metrics.device_module, tt_metrics.DeviceMemStats)
     return ["memory_monitor_synchronize"]
 
 
-class SynchronizedMemoryMonitor:
-    """torchtitan's device memory monitor whose peak figures are read after `device_module.synchronize()`:
-    the device allocator's figures once every queued operation has run. Everything else is the monitor's."""
+# The figures torchtitan's DeviceMemStats holds, as TorchNeuron's torch.neuron.memory_stats() gives them:
+# a dict with "active_bytes" and "reserved_bytes" each holding "current" and "peak", and the counters
+# "num_alloc_retries" and "num_ooms" (the torch-neuronx source: torch.neuron's memory_stats returns
+# torch_neuronx.memory_stats(device), whose integration tests check exactly these keys and sub-keys). CUDA's
+# flat spelling ("active_bytes.all.peak") is read too, should an allocator give that one. Call
+# torch.neuron.synchronize() first (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/
+# memory-profiling-guide.html: the Neuron allocator is asynchronous).
+PEAK_MEMORY_KEYS = (("active_bytes", "peak"), ("reserved_bytes", "peak"))
+MEMORY_COUNTER_KEYS = ("num_alloc_retries", "num_ooms")
 
-    def __init__(self, monitor, device_module):
-        self.monitor, self.device_module = monitor, device_module
+
+def memory_stat(stats: dict[str, Any], key: str, sub_key: str | None = None) -> int:
+    """One figure of a device's memory stats; a missing one raises, naming it and the keys that were there,
+    instead of becoming a figure."""
+    value = stats.get(key)
+    if sub_key is not None:
+        value = value.get(sub_key) if isinstance(value, dict) else stats.get(f"{key}.all.{sub_key}")
+    if not isinstance(value, int):
+        wanted = repr(key) if sub_key is None else f"{key!r} -> {sub_key!r} (or {f'{key}.all.{sub_key}'!r})"
+        raise KeyError(f"torch.neuron.memory_stats() has no {wanted}; its keys: {', '.join(sorted(stats)) or 'none'}")
+    return value
+
+
+class SynchronizedMemoryMonitor:
+    """torchtitan's device memory monitor whose peak figures are read after `device_module.synchronize()`,
+    from TorchNeuron's memory stats (`memory_stat`): the device allocator's figures once every queued
+    operation has run. Everything else is the monitor's."""
+
+    def __init__(self, monitor, device_module, stats_type):
+        self.monitor, self.device_module, self.stats_type = monitor, device_module, stats_type
 
     def get_peak_stats(self):
         self.device_module.synchronize()
-        return self.monitor.get_peak_stats()
+        stats = self.device_module.memory_stats(self.monitor.device)
+        active, reserved = (memory_stat(stats, key, sub_key) for key, sub_key in PEAK_MEMORY_KEYS)
+        retries, ooms = (memory_stat(stats, key) for key in MEMORY_COUNTER_KEYS)
+        if retries or ooms:
+            log.warning("neuron memory: %d allocation retries, %d out-of-memory errors", retries, ooms)
+        capacity = self.monitor.device_capacity
+        return self.stats_type(active / GIB, 100 * active / capacity, reserved / GIB, 100 * reserved / capacity,
+                               retries, ooms)
 
     def __getattr__(self, name):  # device_name, device_capacity_gib, reset_peak_stats ...
         return getattr(self.monitor, name)
