@@ -16,6 +16,10 @@ MUTATIONS=(
 status=0
 for mutation in "${MUTATIONS[@]}"; do
     IFS='|' read -r file line bug test <<<"$mutation"
+    # A test that fails on the code as it is catches nothing.
+    if ! "${PYTEST[@]}" "$test" >/dev/null 2>&1; then
+        echo "BROKEN:   $test fails without the mutation"; status=1; continue
+    fi
     cp "$file" "$file.orig"
     python3 - "$file" "$line" "$bug" <<'PY' || { echo "MUTATION NOT APPLIED: $file: line not found"; status=1; mv "$file.orig" "$file"; continue; }
 import sys
