@@ -192,6 +192,100 @@ def test_a_local_destination_must_exist_and_lie_outside_what_is_archived(run_dir
         archive.copy_run(local_settings(run_dir / "results" / "old"), report_json, tmp_path / "scratch")
 
 
+# --- only the project's own files: nothing from outside it reaches an archive ------------------------------
+
+OUTSIDE_SECRET = "aws_secret_access_key = OUTSIDE-THE-PROJECT-7f3a9c\n"  # found nowhere it was copied to
+
+
+@pytest.fixture
+def hashed(monkeypatch):
+    """Every file hashed while the test runs (sha256_file and current_sha256 both read through
+    hashlib.file_digest), as real paths: what the archive and `make verify` read."""
+    import hashlib
+
+    real_file_digest, read = hashlib.file_digest, []
+
+    def spy(handle, digest):
+        read.append(Path(handle.name).resolve())
+        return real_file_digest(handle, digest)
+
+    monkeypatch.setattr(hashlib, "file_digest", spy)
+    return read
+
+
+def holding(folder: Path, text: str) -> list[Path]:
+    """The regular files under `folder` whose bytes contain `text` (links not followed)."""
+    return [p for p in folder.rglob("*")
+            if p.is_file() and not p.is_symlink() and text.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("link, target, named", [
+    # a link to a file, in a folder the archive takes whole
+    ("results/train_hf/run/creds.txt", "outside/credentials",
+     "results/train_hf/run/creds.txt -> {outside}/credentials"),
+    # a link to a folder: not followed, refused all the same
+    ("logs/aws", "outside", "logs/aws -> {outside}"),
+    # a link one level up: the selected folder itself leads out, and its files are named
+    ("results/train_outside", "outside", "results/train_outside/credentials -> {outside}/credentials"),
+], ids=["file", "folder", "folder-above"])
+def test_a_link_out_of_the_project_is_refused_and_nothing_is_copied(run_dir, tmp_path, hashed, link, target, named):
+    secret = write(tmp_path / "outside" / "credentials", OUTSIDE_SECRET)
+    (run_dir / link).symlink_to(tmp_path / target)
+    report = json.loads((run_dir / "results" / "report.json").read_text())
+    expected = named.format(outside=(tmp_path / "outside").resolve())
+    with pytest.raises(ArchiveError) as error:
+        archive.select_files(run_dir, report)
+    assert f"{expected}: resolves outside the project {run_dir.resolve()}" in str(error.value)
+
+    destination = tmp_path / "dest"
+    destination.mkdir()
+    with pytest.raises(ArchiveError) as error:
+        archive.copy_run(local_settings(destination), run_dir / "results" / "report.json", tmp_path / "scratch")
+    assert str(error.value).startswith("nothing copied: 1 path(s) of the archive resolve outside the project")
+    assert f"{expected}: resolves outside the project" in str(error.value)
+    assert list(destination.iterdir()) == []
+    assert holding(tmp_path, OUTSIDE_SECRET) == [secret]  # its only copy is the original
+    assert secret.resolve() not in hashed  # not even read
+
+
+@pytest.mark.parametrize("listed", ["results/../../outside/credentials", "{outside}/credentials"],
+                         ids=["dotdot", "absolute"])
+def test_an_artifact_path_out_of_the_project_is_refused_unread(run_dir, tmp_path, hashed, listed):
+    """A report.json listing a file outside the workflow folder, by `..` or as an absolute path, with its true
+    sha256 (the custody check would pass it): refused before the custody check reads it."""
+    secret = write(tmp_path / "outside" / "credentials", OUTSIDE_SECRET)
+    listed = listed.format(outside=tmp_path / "outside")
+    report_json = run_dir / "results" / "report.json"
+    report = json.loads(report_json.read_text())
+    report["stages"][0]["artifacts"].append({"path": listed, "bytes": secret.stat().st_size,
+                                             "sha256": sha256_file(secret)})
+    report_json.write_text(json.dumps(report))
+    hashed.clear()
+    destination = tmp_path / "dest"
+    destination.mkdir()
+    with pytest.raises(ArchiveError) as error:
+        archive.copy_run(local_settings(destination), report_json, tmp_path / "scratch")
+    assert (f"{listed} (listed in report.json by train_hf) -> {secret.resolve()}: resolves outside the project "
+            f"{run_dir.resolve()}") in str(error.value)
+    assert list(destination.iterdir()) == [] and secret.resolve() not in hashed
+
+
+def test_a_link_that_stays_inside_the_project_is_archived_as_the_file_it_names(run_dir, tmp_path):
+    """The rule's other half: a link whose real path is in the workflow folder is taken as a file, its
+    content under the link's own path, with that content's sha256 in the manifest."""
+    metrics = run_dir / "results" / "train_hf" / "run" / "metrics.jsonl"
+    link = run_dir / "results" / "train_hf" / "run" / "latest.jsonl"
+    link.symlink_to("metrics.jsonl")
+    destination = tmp_path / "dest"
+    destination.mkdir()
+    record, manifest = archive_locally(run_dir, destination, tmp_path / "scratch")
+    (entry,) = [f for f in manifest["files"] if f["path"] == "results/train_hf/run/latest.jsonl"]
+    assert entry["sha256_source"] == entry["sha256_read_back"] == sha256_file(metrics)
+    copied = destination / record["run_key"] / "results" / "train_hf" / "run" / "latest.jsonl"
+    assert not copied.is_symlink() and copied.read_bytes() == metrics.read_bytes()
+    assert sorted(f["path"] for f in manifest["files"]) == sorted([*KEPT, "results/train_hf/run/latest.jsonl"])
+
+
 # --- local folder -----------------------------------------------------------------------------------------
 
 
@@ -434,6 +528,21 @@ def test_snakemake_archive_to_a_local_folder_and_a_corrupted_file_fails_the_read
     assert result.returncode != 0
     source = sha256_file(copy_of_run / corrupted)
     assert f"{corrupted}: sha256 at source {source}, read back from {folder}" in output(result)
+
+
+@pytest.mark.e2e
+def test_snakemake_archive_refuses_a_link_out_of_the_project_and_copies_nothing(copy_of_run, tmp_path):
+    secret = write(tmp_path / "outside" / "credentials", OUTSIDE_SECRET)
+    (copy_of_run / "results" / "pin_env" / "creds.txt").symlink_to(secret)
+    destination = tmp_path / "archive"
+    destination.mkdir()
+    set_archive(copy_of_run, destination=str(destination))
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive")
+    assert result.returncode != 0
+    assert f"results/pin_env/creds.txt -> {secret.resolve()}: resolves outside the project" in output(result)
+    assert OUTSIDE_SECRET.strip() not in output(result)
+    assert [p for p in destination.rglob("*") if p.is_file()] == []
+    assert holding(destination, OUTSIDE_SECRET) == [] and holding(copy_of_run / "logs", OUTSIDE_SECRET) == []
 
 
 @pytest.mark.e2e

@@ -50,6 +50,38 @@ def test_one_changed_byte_is_named_with_both_digests(workspace, capsys):
     assert not ok and lines[1].endswith(", now missing")
 
 
+@pytest.mark.parametrize("how", ["link", "dotdot"])
+def test_an_artifact_outside_the_project_is_reported_and_never_read(workspace, tmp_path_factory, monkeypatch, how):
+    """The artifact's file is replaced by a link to a file outside the workflow folder (or listed by `..`) with
+    the very bytes recorded: read, it would verify; it is named, with where it points, and not read."""
+    import hashlib
+
+    outside = tmp_path_factory.mktemp("outside") / "weights.bin"
+    outside.write_bytes(b"\x00\x01\x02\x03")  # the recorded content
+    report = workspace / "results" / "report.json"
+    if how == "link":
+        listed = "results/stage/weights.bin"
+        (workspace / listed).unlink()
+        (workspace / listed).symlink_to(outside)
+    else:
+        listed = f"results/../../{outside.parent.name}/weights.bin"
+        report.write_text(report.read_text().replace("results/stage/weights.bin", listed))
+    read, real_file_digest = [], hashlib.file_digest
+
+    def spy(handle, digest):  # every file hashed, as a real path
+        read.append(Path(handle.name).resolve())
+        return real_file_digest(handle, digest)
+
+    monkeypatch.setattr(hashlib, "file_digest", spy)
+    lines, ok = verify(report, workspace / "s.jsonl")
+    assert not ok
+    assert lines[0] == (f"{report}: 1 artifacts listed, 0 changed or missing, 1 outside the project (not read); "
+                        "report status pass")
+    assert lines[1] == (f"  OUTSIDE THE PROJECT {listed} (fetch_weights) -> {outside.resolve()}: resolves outside the "
+                        f"project {workspace.resolve()}; not read")
+    assert outside.resolve() not in read and read  # the report's own files were hashed, the outside one never
+
+
 def test_a_signoff_is_bound_to_the_report_and_an_edit_since_fails_verify(workspace):
     report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
     record = signoff(report, "A Reviewer", "approve", "pilot looks good", signoffs)

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from .artifacts import MISSING, current_sha256, sha256_file, write_json
-from .audit import artifact_changes
+from .audit import OUTSIDE, artifact_changes, outside_project
 from .summary import now_iso
 
 log = logging.getLogger("qwen3_pilot")
@@ -274,32 +274,48 @@ def run_key(report: dict[str, Any], report_sha256: str) -> str:
     return f"{moment:%Y%m%dT%H%M%S}-{digest}"
 
 
-def listed_artifacts(report: dict[str, Any], root: Path) -> list[str]:
-    """report.json's artifacts as paths in the workflow folder; one outside it cannot be archived."""
-    paths = []
-    for stage in report["stages"]:
-        for artifact in stage.get("artifacts", []):
-            path = Path(artifact["path"])
-            resolved = (path if path.is_absolute() else root / path).resolve()
-            if root.resolve() not in resolved.parents:
-                raise ArchiveError(f"{artifact['path']} ({stage['stage']}): report.json lists it outside the "
-                                   f"workflow folder {root}; the archive keeps paths in the workflow folder only")
-            paths.append(resolved.relative_to(root.resolve()).as_posix())
-    return paths
+def _escape(name: str, target: str, root: Path) -> str:
+    return f"{name} -> {target}: resolves outside the project {root}"
 
 
 def select_files(root: Path, report: dict[str, Any]) -> list[str]:
     """Every file the archive copies, as sorted paths in the workflow folder `root`: SELECTED without what
-    `left_out` names, and every artifact report.json lists."""
+    `left_out` names, and every artifact report.json lists (under the path it resolves to). Raises ArchiveError,
+    before any file is read, naming each of them that resolves outside `root` and where it points."""
+    # The rule: a file is the project's when its real path lies inside the workflow folder, however it is
+    # reached; the real path is what decides, so a symbolic link at any level, `..` and an absolute path are
+    # one case. A link that stays inside is taken as a file: its content under the link's own path, with that
+    # content's sha256 in the manifest; it names a project file twice, and refusing it would fail a run for
+    # nothing. A link that leads out (results/x/creds.txt -> ~/.aws/credentials) is refused, the whole archive
+    # with it: no file of it is read or copied. Links to folders are not followed (Path.rglob), but one that
+    # leads out is refused all the same, rather than its files silently missing from the archive.
     root = Path(root)
-    chosen = set(listed_artifacts(report, root))
+    escapes, chosen = [], set()
+    for stage in report["stages"]:
+        for artifact in stage.get("artifacts", []):
+            target = outside_project(artifact["path"], root)
+            if target is not None:
+                escapes.append(_escape(f"{artifact['path']} (listed in report.json by {stage['stage']})", target,
+                                       root))
+                continue
+            path = Path(artifact["path"])
+            chosen.add((path if path.is_absolute() else root / path).resolve().relative_to(root.resolve()).as_posix())
     for pattern in SELECTED:
-        for match in root.glob(pattern.rstrip("/")):
-            files = [p for p in match.rglob("*")] if pattern.endswith("/") else [match]
+        for match in sorted(root.glob(pattern.rstrip("/"))):
+            files = sorted(match.rglob("*")) if pattern.endswith("/") else [match]
             for path in files:
                 relative = path.relative_to(root).as_posix()
-                if path.is_file() and not left_out(relative):
+                if left_out(relative) or not (path.is_file() or path.is_symlink()):
+                    continue
+                target = outside_project(relative, root)
+                if target is not None:
+                    escapes.append(_escape(relative, target, root))
+                elif path.is_file():
                     chosen.add(relative)
+    if escapes:
+        raise ArchiveError(f"nothing copied: {len(escapes)} path(s) of the archive resolve outside the project "
+                           "(through a symbolic link, `..` or an absolute path); the archive copies the project's "
+                           "own files only:\n  - " + "\n  - ".join(escapes))
     return sorted(chosen)
 
 
@@ -310,7 +326,8 @@ def custody_check(report: dict[str, Any], root: Path) -> None:
     if changes:
         raise ArchiveError(
             "nothing copied: files changed since their stage recorded them in report.json (chain of custody):\n  - "
-            + "\n  - ".join(f"{c['path']} ({c['stage']}): report.json recorded sha256 {c['recorded']}, the file "
+            + "\n  - ".join(_escape(f"{c['path']} ({c['stage']})", c["target"], root) if c["now"] == OUTSIDE
+                            else f"{c['path']} ({c['stage']}): report.json recorded sha256 {c['recorded']}, the file "
                             f"now has {c['now']}" for c in changes))
 
 
@@ -318,20 +335,29 @@ def custody_check(report: dict[str, Any], root: Path) -> None:
 
 
 def copy_run(settings: dict[str, Any], report_json: Path, scratch: Path) -> dict[str, Any]:
-    """Checks custody, copies the selection to the destination and returns the copy record: the destination,
-    the run key, the TLS state and each file's size and sha256 at the source (read_back's input)."""
-    root = Path(report_json).resolve().parent.parent
+    """Refuses any path that leads out of the project (select_files), checks custody, copies the selection to
+    the destination and returns the copy record: the destination, the run key, the TLS state and each file's
+    size and sha256 at the source (read_back's input)."""
+    # The workflow folder is report.json's folder's parent, not its real path's: a report.json that is a link
+    # out of the project is refused here, unread.
+    root = Path(report_json).absolute().parent.parent.resolve()
+    target = outside_project(report_json, root)
+    if target is not None:
+        raise ArchiveError(f"nothing copied: {_escape(str(report_json), target, root)}")
     report = json.loads(Path(report_json).read_text())
     report_sha256 = sha256_file(report_json)
+    files = select_files(root, report)  # first: refuses any path that leads out of the project, unread
     custody_check(report, root)
-    files = select_files(root, report)
     key = run_key(report, report_sha256)
     destination = open_destination(settings, key, root, scratch)
     destination.check()
     log.info("archiving %d files of run %s to %s", len(files), key, destination.url)
     copied = []
     for path in files:
-        source = root / path
+        target = outside_project(path, root)  # checked again just before it is read: a link changed meanwhile
+        if target is not None:
+            raise ArchiveError(f"copying stopped: {_escape(path, target, root)} (changed during the archive)")
+        source = (root / path).resolve()  # read where the check found it
         entry = {"path": path, "bytes": source.stat().st_size, "sha256_source": sha256_file(source)}
         destination.put(source, path)
         log.info("copied %s (%d bytes, sha256 %s)", path, entry["bytes"], entry["sha256_source"])

@@ -37,12 +37,35 @@ class SignoffError(ValueError):
     pass
 
 
+# An artifact's "now" when its path resolves outside the workflow folder: never read, so no digest.
+OUTSIDE = "outside the project"
+
+
+def outside_project(path: str | Path, root: Path) -> str | None:
+    """Where `path` really points, when that lies outside the workflow folder `root` (through a symbolic link
+    at any level, `..` or an absolute path; a relative path is `root`'s), else None. The real path decides:
+    `make verify` reads, and the archive copies, the project's own files only."""
+    base = Path(root).resolve()
+    path = Path(path)
+    try:
+        real = (path if path.is_absolute() else base / path).resolve()
+    except (OSError, RuntimeError):  # a symbolic link loop (RuntimeError on Python 3.11)
+        return "a symbolic link loop"
+    return None if real == base or base in real.parents else str(real)
+
+
 def artifact_changes(report: dict[str, Any], root: Path) -> list[dict[str, str]]:
     """Every artifact in the report whose file is missing or whose sha256 is not the recorded one; relative
-    paths are the workflow folder's (`root`)."""
+    paths are the workflow folder's (`root`). One that resolves outside `root` is never read: its "now" is
+    OUTSIDE, with "target", where it points."""
     changes = []
     for stage in report["stages"]:
         for artifact in stage.get("artifacts", []):
+            target = outside_project(artifact["path"], root)
+            if target is not None:
+                changes.append({"stage": stage["stage"], "path": artifact["path"], "recorded": artifact["sha256"],
+                                "now": OUTSIDE, "target": target})
+                continue
             path = Path(artifact["path"])
             path = path if path.is_absolute() else root / path
             now = current_sha256(path)
@@ -175,9 +198,15 @@ def verify(report_path: Path, signoffs_path: Path | None = None) -> tuple[list[s
     states = [(record, signoff_state(record, digests, written)) for record in read_signoffs(signoffs_path)
               if record["report"] == report_key(report_path)]
     listed = sum(len(stage.get("artifacts", [])) for stage in report["stages"])
-    lines = [f"{report_path}: {listed} artifacts listed, {len(changes)} changed or missing; report status "
-             f"{report['status']}"]
-    lines += [f"  CHANGED {c['path']} ({c['stage']}): recorded sha256 {c['recorded']}, now {c['now']}" for c in changes]
+    outside = [c for c in changes if c["now"] == OUTSIDE]
+    changed = [c for c in changes if c["now"] != OUTSIDE]
+    lines = [f"{report_path}: {listed} artifacts listed, {len(changed)} changed or missing"
+             + (f", {len(outside)} outside the project (not read)" if outside else "")
+             + f"; report status {report['status']}"]
+    lines += [f"  CHANGED {c['path']} ({c['stage']}): recorded sha256 {c['recorded']}, now {c['now']}" for c in changed]
+    root = report_path.resolve().parent.parent
+    lines += [f"  OUTSIDE THE PROJECT {c['path']} ({c['stage']}) -> {c['target']}: resolves outside the project "
+              f"{root}; not read" for c in outside]
     for record, state in states:
         what = f"{record['decision']} by {record['name']} on {record['date']}"
         if state == "edited":
