@@ -132,12 +132,12 @@ def launch(
 
 def relaunch(
     workdir: Path, stage: str, name: str, scratch: Path, *, recipe_changes: dict[str, Any] | None = None,
-    added_env: dict[str, str] | None = None, overrides: tuple[str, ...] = (),
+    added_env: dict[str, str] | None = None,
 ) -> Launch:
     """A trainer launch a stage recorded (results/<stage>/<name>/launch.json) run again by hand with the stages'
     own launcher, its dump folder, rank logs, recipe and parity table moved to `scratch` so that the stage's
-    outputs stay as Snakemake wrote them: `recipe_changes` over the recorded recipe, `added_env` over the
-    recorded environment, `overrides` after the recorded torchtitan arguments (e.g. --training.steps 1)."""
+    outputs stay as Snakemake wrote them: `recipe_changes` over the recorded recipe (e.g. {"steps": 1}),
+    `added_env` over the recorded environment."""
     record = json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())
     recipe = json.loads(Path(record["env"][RECIPE_ENV]).read_text())
     recipe = {**recipe, "parity_path": str(scratch / "parity.json"), **(recipe_changes or {})}
@@ -146,12 +146,13 @@ def relaunch(
     write_json(recipe_path, recipe)
     command = list(record["command"])
     command[command.index("--dump_folder") + 1] = str(scratch / name)
-    rank_logs = scratch / "ranks"
+    # torchrun's --log-dir (every backend sets one), moved too: its error files name a failing rank.
+    rank_logs = scratch / "ranks" if any(arg.startswith("--log-dir=") for arg in command) else None
     command = [f"--log-dir={rank_logs}" if arg.startswith("--log-dir=") else arg for arg in command]
     env = {**record["env"], **(added_env or {}), RECIPE_ENV: str(recipe_path)}
     with contextlib.chdir(workdir):  # the recorded command's paths are relative to the workflow's folder
-        return run_torchrun([*command, *overrides], env, log_path=scratch / f"{name}.log", pid_dir=scratch / name,
-                            rank_log_dir=rank_logs if any(a.startswith("--log-dir=") for a in command) else None)
+        return run_torchrun(command, env, log_path=scratch / f"{name}.log", pid_dir=scratch / name,
+                            rank_log_dir=rank_logs)
 
 
 def launch_failure(what: str, launch_result: Launch, parity_path: Path) -> TrainingError:
