@@ -46,11 +46,15 @@ def make_workspace(root: Path, overlay: dict | None = None) -> Path:
     return root
 
 
+def venv_env() -> dict[str, str]:
+    """This environment with the venv's bin first on PATH, so that Snakemake and its jobs find its tools."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
 def run_snakemake(workspace: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
     extra = ["--configfile", "config/test.yaml"] if (workspace / "config" / "test.yaml").exists() else []
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     return subprocess.run(
-        [SNAKEMAKE, *args, *extra], cwd=workspace, capture_output=True, text=True, timeout=timeout, env=env
+        [SNAKEMAKE, *args, *extra], cwd=workspace, capture_output=True, text=True, timeout=timeout, env=venv_env()
     )
 
 
@@ -191,8 +195,8 @@ def slurm_cluster(state: Path):
 
 
 def in_cluster(prefix: list[str], *command: str, cwd: Path | None = None, timeout: float = 60):
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run([*prefix, *command], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([*prefix, *command], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=venv_env())
 
 
 @dataclass
