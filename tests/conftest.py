@@ -9,7 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,15 +117,19 @@ def workspace(tmp_path: Path):
 
 
 # The fixtures of the shared pipeline run: a test that uses one is an end-to-end test, marked so here.
-SHARED_RUN_FIXTURES = {"pipeline_run", "completed_run", "copy_of_run"}
+SHARED_RUN_FIXTURES = {"trained_run", "pipeline_run", "completed_run", "copy_of_run"}
 
 
 def pytest_collection_modifyitems(items):
+    def reads(item) -> set[str]:
+        return SHARED_RUN_FIXTURES & set(getattr(item, "fixturenames", ()))
+
     for item in items:
-        if SHARED_RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if reads(item):
             item.add_marker(pytest.mark.e2e)
-    # The end-to-end tests last, each file's in their order: the others run while the shared run does.
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+    # The others first, then what reads only the training stages (while the shared run goes on), then what
+    # reads the finished run; each file's tests in their order.
+    items.sort(key=lambda item: 0 if not reads(item) else 1 if reads(item) == {"trained_run"} else 2)
 
 
 def output(result: subprocess.CompletedProcess) -> str:
@@ -209,6 +214,12 @@ class PipelineRun:
     slurm_node: str | None = None
 
 
+# The stages the relaunch tests read (their recorded launches), run first in the shared run: those tests then
+# run while the rest of the DAG does (`trained_run`).
+TRAINING_STAGES = ("train_native", "train_hf", "moe_reduced")
+FIRST = ["--prioritize", *(f"results/{stage}/summary.json" for stage in TRAINING_STAGES)]
+
+
 def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
     """The pipeline through `--profile profiles/slurm` on the test cluster, SLURM's accounting of it read back
     before the cluster stops."""
@@ -216,7 +227,7 @@ def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
         # The plugin's first status query 1 s after a submission (the profile's 5 s): its next waits grow by
         # 10 s while nothing finished, and here each job is seconds long.
         result = in_cluster(prefix, sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
-                            "results/report.html", "--configfile", "config/test.yaml",
+                            "results/report.html", "--configfile", "config/test.yaml", *FIRST,
                             "--slurm-init-seconds-before-status-checks", "1", cwd=ws, timeout=1500)
         assert result.returncode == 0, output(result)[-8000:]
         run_id = re.search(r"SLURM run ID: (\S+)", output(result)).group(1)
@@ -228,35 +239,69 @@ def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
 
 
 def make_pipeline_run(root: Path) -> PipelineRun:
-    """The whole DAG once on a small cpu config: through the SLURM executor on the test cluster where one can
-    run (root; CI requires it with REQUIRE_SLURM), otherwise with Snakemake's local executor."""
-    ws = make_workspace(root / "ws", SMALL)
+    """The whole DAG once on a small cpu config, in `shared_workspace(root)`: through the SLURM executor on the
+    test cluster where one can run (root; CI requires it with REQUIRE_SLURM), otherwise with Snakemake's local
+    executor."""
+    ws = shared_workspace(root)
     reason = slurm_unavailable()
     if reason is None:
         return run_under_slurm(ws, root / "slurm")
     if os.environ.get("REQUIRE_SLURM"):
         pytest.fail(f"REQUIRE_SLURM is set: {reason}")
-    result = run_snakemake(ws, "--cores", "2", "results/report.html")
+    result = run_snakemake(ws, "--cores", "2", "results/report.html", *FIRST)
     assert result.returncode == 0, output(result)[-6000:]
     return PipelineRun(ws)
+
+
+def shared_workspace(root: Path) -> Path:
+    return root / "ws"
+
+
+@dataclass
+class SharedRun:
+    """The shared run while it runs: its workspace (made before it starts) and its Future."""
+
+    workspace: Path
+    future: Future
+
+    def stage_done(self, stage: str) -> Path:
+        """Waits until `stage` has written its summary (its sha256 record last), or the run ended without it."""
+        record = self.workspace / "results" / stage / "summary.json.sha256"
+        while not record.exists():
+            if self.future.done():
+                self.future.result()  # the run's own failure, if it failed
+                assert record.exists(), f"the shared run ended without {record}"
+            time.sleep(0.5)
+        return self.workspace
 
 
 @pytest.fixture(scope="session", autouse=True)
 def pipeline_started(request, tmp_path_factory):
     """The shared run, started in the background with the session's first test when any selected test reads
     it, so that the tests that do not read it (collected first: pytest_collection_modifyitems) run while it
-    runs; a Future of the PipelineRun, or None when no selected test reads it."""
+    runs; a SharedRun, or None when no selected test reads it."""
     if not any(item.get_closest_marker("e2e") for item in request.session.items):
         yield None
         return
+    root = tmp_path_factory.mktemp("e2e")
+    make_workspace(shared_workspace(root), SMALL)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline") as pool:
-        yield pool.submit(make_pipeline_run, tmp_path_factory.mktemp("e2e"))
+        yield SharedRun(shared_workspace(root), pool.submit(make_pipeline_run, root))
+
+
+@pytest.fixture(scope="session")
+def trained_run(pipeline_started) -> Path:
+    """The shared run's workspace once its training stages are done (TRAINING_STAGES, run first), while the rest
+    of the DAG may still run: for tests that only read those stages' records and inputs and write elsewhere."""
+    for stage in TRAINING_STAGES:
+        pipeline_started.stage_done(stage)
+    return pipeline_started.workspace
 
 
 @pytest.fixture(scope="session")
 def pipeline_run(pipeline_started) -> PipelineRun:
-    """The one pipeline run every end-to-end check reads (make_pipeline_run)."""
-    return pipeline_started.result()
+    """The one pipeline run every end-to-end check reads (make_pipeline_run), finished."""
+    return pipeline_started.future.result()
 
 
 @pytest.fixture(scope="session")

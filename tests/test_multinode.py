@@ -86,14 +86,14 @@ def test_the_rank_check_sees_world_size_two_across_two_hosts(two_hosts, tmp_path
     assert f"{LAUNCHER} " in log and "--nnodes=2" in log and "--rdzv-endpoint=10.77.0.1:29511" in log
 
 
-def test_a_native_training_run_spans_the_two_hosts(two_hosts, completed_run, tmp_path, monkeypatch):
+def test_a_native_training_run_spans_the_two_hosts(two_hosts, trained_run, tmp_path, monkeypatch):
     from qwen3_pilot.stages.train import run
 
     for key, value in two_hosts.items():
         monkeypatch.setenv(key, value)
     config = default_config(SMALL, {"nodes": 2, "ranks": 1})
     backend_keys, _ = two_node_backend(tmp_path, 29512)
-    results = completed_run / "results"
+    results = trained_run / "results"
     out = tmp_path / "train_native"
     summary = run(
         stage="train_native", backend_config=backend_keys, dataset=config["data"]["dataset"],

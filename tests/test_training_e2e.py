@@ -93,12 +93,12 @@ def test_a_tensor_of_the_wrong_shape_fails_the_stage_and_is_named(copy_of_run):
     assert expected in output(result), output(result)[-3000:]
 
 
-def test_a_missing_tensor_fails_the_launch_and_is_named(completed_run, tmp_path):
+def test_a_missing_tensor_fails_the_launch_and_is_named(trained_run, tmp_path):
     checkpoint = tmp_path / "checkpoint"
-    shutil.copytree(completed_run / CHECKPOINT, checkpoint)
+    shutil.copytree(trained_run / CHECKPOINT, checkpoint)
     key = first_key(checkpoint / "model.safetensors", "self_attn.k_norm.weight")
     edit_safetensors(checkpoint / "model.safetensors", lambda t: t.pop(key))
-    text = failed_relaunch(completed_run, "train_hf", tmp_path, recipe={"checkpoint": str(checkpoint)})
+    text = failed_relaunch(trained_run, "train_hf", tmp_path, recipe={"checkpoint": str(checkpoint)})
     assert key in text, text[-3000:]
 
 
@@ -136,14 +136,14 @@ WORKAROUNDS = [
 
 
 @pytest.mark.parametrize("stage, workaround, error", WORKAROUNDS, ids=[w for _, w, _ in WORKAROUNDS])
-def test_each_cpu_workaround_is_needed(completed_run, tmp_path, stage, workaround, error):
-    text = failed_relaunch(completed_run, stage, tmp_path, env={"QWEN3_PILOT_SKIP_CPU_WORKAROUNDS": workaround})
+def test_each_cpu_workaround_is_needed(trained_run, tmp_path, stage, workaround, error):
+    text = failed_relaunch(trained_run, stage, tmp_path, env={"QWEN3_PILOT_SKIP_CPU_WORKAROUNDS": workaround})
     assert error in text, text[-3000:]
 
 
-def test_flex_attention_in_the_hf_recipe_fails_on_cpu(completed_run, tmp_path):
+def test_flex_attention_in_the_hf_recipe_fails_on_cpu(trained_run, tmp_path):
     """Why training.attention is sdpa: torchtitan's transformers backend routes attention through flex."""
-    text = failed_relaunch(completed_run, "train_hf", tmp_path, recipe={"attention": "flex"})
+    text = failed_relaunch(trained_run, "train_hf", tmp_path, recipe={"attention": "flex"})
     assert "FlexAttention does not support backward on CPU" in text, text[-3000:]
 
 
@@ -152,24 +152,24 @@ def test_flex_attention_in_the_hf_recipe_fails_on_cpu(completed_run, tmp_path):
                       "layers.0.moe.routed_experts.inner_experts"),
     ("moe.experts_renamed", "no module matches in layer(s) 0, 1, 2, 3"),
 ], ids=["two_in_a_layer", "none_in_a_layer"])
-def test_a_replacement_pattern_that_is_not_one_per_layer_fails_moe_reduced(completed_run, tmp_path, module, named):
-    recipe = json.loads((completed_run / "results" / "moe_reduced" / "recipe.json").read_text())
+def test_a_replacement_pattern_that_is_not_one_per_layer_fails_moe_reduced(trained_run, tmp_path, module, named):
+    recipe = json.loads((trained_run / "results" / "moe_reduced" / "recipe.json").read_text())
     rules = [{**rule, "module": module} if rule["kernel"] == "moe_grouped_experts" else rule
              for rule in recipe["replacements"]]
     assert rules != recipe["replacements"]
-    text = failed_relaunch(completed_run, "moe_reduced", tmp_path, recipe={"replacements": rules})
+    text = failed_relaunch(trained_run, "moe_reduced", tmp_path, recipe={"replacements": rules})
     assert named in text, text[-3000:]
 
 
-def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(completed_run, tmp_path):
+def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(trained_run, tmp_path):
     """The native recipe's launch again with the rope_hf replacement (trn2's setting): one replacement per
     layer in its log, and the losses of the shared run's plain recipe, from the same weights and batches. The
     stage's own comparison with its plain twin is the moe_reduced stage's, in the shared run."""
     from qwen3_pilot.training import read_steps, replacement_check
 
-    moe_recipe = json.loads((completed_run / "results" / "moe_reduced" / "recipe.json").read_text())
+    moe_recipe = json.loads((trained_run / "results" / "moe_reduced" / "recipe.json").read_text())
     rope = [rule for rule in moe_recipe["replacements"] if rule["kernel"] == "rope_hf"]  # kernels.rules.rope_hf
-    launch = relaunch(completed_run, "train_native", "run", tmp_path / "relaunch",
+    launch = relaunch(trained_run, "train_native", "run", tmp_path / "relaunch",
                       recipe_changes={"replacements": rope})
     assert launch.returncode == 0, launch.output()[-3000:]
     # What the stage checks in its launch log: one replacement per layer, none elsewhere.
@@ -177,7 +177,7 @@ def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(complet
     assert checked["per_kernel"]["rope_hf"]["modules"] == ["layers.0.attention.rope", "layers.1.attention.rope"]
     replaced = [step["loss"] for step in read_steps(tmp_path / "relaunch" / "run" / "metrics.jsonl")]
     plain = [step["loss"] for step in json.loads(
-        (completed_run / "results" / "train_native" / "summary.json").read_text())["figures"]["steps"]]
+        (trained_run / "results" / "train_native" / "summary.json").read_text())["figures"]["steps"]]
     assert len(replaced) == 10 and max(abs(a - b) for a, b in zip(replaced, plain, strict=True)) <= 1e-4
 
 
