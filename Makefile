@@ -8,7 +8,7 @@ ARGS ?=
 # The trn2 configuration the preflight checks (config/config.yaml with these files laid over it).
 TRN2_CONFIG ?= config/trn2.yaml
 
-.PHONY: report test test-fast mutations preflight verify signoff lint lock lock-check clean
+.PHONY: report test test-fast mutations preflight verify signoff lint lock lock-check install-neuron lock-neuron clean
 
 $(VENV)/.installed: envs/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,22 @@ lock-check: $(VENV)/.installed
 	$(LOCK_COMMAND) --output-file .venv/cpu.lock.check envs/cpu.txt
 	sed -i 's|--output-file=.venv/cpu.lock.check|--output-file=envs/cpu.lock|' .venv/cpu.lock.check
 	diff -u envs/cpu.lock .venv/cpu.lock.check || (echo "envs/cpu.lock is not what envs/cpu.txt resolves to: run make lock" >&2; exit 1)
+
+# On a trn2 (Ubuntu with the Neuron DLAMI's OS packages): the Neuron stack as AWS ships it for the SDK release
+# envs/neuron-sdk.toml names, into .venv-neuron: envs/neuron.txt (or envs/neuron.lock once made) from AWS's
+# repository and PyTorch's CPU index, the TorchTitan Neuron fork cloned into vendor/ and installed editable,
+# this project; each command printed before it runs, the installed stack against the release at the end.
+NEURON_PYTHON ?= python3.12
+NEURON_VENV ?= .venv-neuron
+NEURON_PY ?= $(NEURON_VENV)/bin/python
+install-neuron:
+	test -x $(NEURON_PY) || $(NEURON_PYTHON) -m venv $(NEURON_VENV)
+	PYTHONPATH=workflow/scripts $(NEURON_PY) -m qwen3_pilot.neuron_stack install --python $(NEURON_PY)
+
+# On the trn2 after install-neuron: envs/neuron.lock (pip-tools, hashes from AWS's and PyTorch's indexes too);
+# commit it, and the next install-neuron installs from it.
+lock-neuron:
+	PYTHONPATH=workflow/scripts $(NEURON_PY) -m qwen3_pilot.neuron_stack lock
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

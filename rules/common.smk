@@ -15,6 +15,7 @@ from qwen3_pilot.config import (
     config_digest,
     stage_kernel_rules,
 )
+from qwen3_pilot.neuron_stack import STACK_FILE, fork_head_files, fork_pins, read_stack
 from qwen3_pilot.pins import installed_version, read_pins
 from qwen3_pilot.report import STAGES, UPSTREAM, skipped_stages
 from qwen3_pilot.summary import now_iso
@@ -27,6 +28,10 @@ BACKEND = config["backend"]
 RUN_STARTED = now_iso()
 PINS_FILE = f"envs/{BACKEND}.txt"
 PINS = read_pins(Path(workflow.basedir) / PINS_FILE)
+if BACKEND == "neuron":
+    # TorchTitan Neuron comes from a git clone, not an index: its pin is the stack file's (envs/neuron-sdk.toml).
+    NEURON_STACK = read_stack(Path(workflow.basedir) / STACK_FILE)
+    PINS = {**PINS, **fork_pins(NEURON_STACK)}
 # Every package of the environment with its hashes (make lock); the neuron backend's is made on the instance.
 LOCK_FILE = f"envs/{BACKEND}.lock"
 
@@ -46,6 +51,13 @@ def get_pin(wildcards):
 
 def get_installed(wildcards):
     return installed_version(wildcards.package)
+
+
+def get_git_head(wildcards):
+    """The fork clone's HEAD for the fork's stamp on neuron (a new commit reruns it); nothing otherwise."""
+    if BACKEND == "neuron" and wildcards.package == NEURON_STACK.fork.distribution:
+        return fork_head_files(NEURON_STACK)
+    return []
 
 
 def pin_stamps(*packages):

@@ -9,6 +9,8 @@ localrules:
 
 
 rule pin_package:
+    input:
+        git_head=get_git_head,
     output:
         "results/pin_env/packages/{package}.json",
     log:

@@ -25,8 +25,13 @@ from qwen3_pilot.pins import (
 
 
 def test_every_backend_pins_file_parses_and_pins_the_core_packages():
+    from qwen3_pilot.neuron_stack import fork_pins, read_stack
+
     for backend in ("cpu", "neuron"):
         pins = read_pins(PROJECT / "envs" / f"{backend}.txt")
+        if backend == "neuron":  # torchtitan is the fork, from its git repository (envs/neuron-sdk.toml)
+            assert "torchtitan" not in pins
+            pins |= fork_pins(read_stack(PROJECT / "envs" / "neuron-sdk.toml"))
         for package in ("torch", "torchtitan", "transformers", "safetensors", "huggingface-hub", "snakemake"):
             assert package in pins, (backend, package)
     neuron = read_pins(PROJECT / "envs" / "neuron.txt")

@@ -38,6 +38,8 @@ from .config import CACHE_ROOT, deep_update, resolve_config, stage_kernel_rules
 
 PROJECT = Path(__file__).resolve().parents[3]
 DEFAULT_MODEL_CONFIGS = PROJECT.parent / "shared" / "data" / "qwen3-configs"
+# AWS's component list per SDK release as recorded beside the project (sdk-<release>-components.md).
+PUBLISHED_COMPONENTS = PROJECT.parent / "shared" / "data" / "neuron"
 MOE_MODEL = "Qwen3-30B-A3B"
 # The reduced MoE's widths against Qwen3-30B-A3B's config.json: moe.full_width key -> config.json key.
 MOE_WIDTH_FIELDS = {
@@ -332,6 +334,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
             "weights": f"{config['weights']['repo_id']}@{config['weights']['revision']}",
             "kernels": {stage: config["kernels"].get(stage, []) for stage in ("train_native", "moe_reduced")},
         }
+    run_check("install_plan", lambda: install_plan(project), checks)
     # The neuron backend's entries, read at call time (a test takes one away to see the check fail).
     run_check("torchtitan_api", lambda: check_torchtitan_api(backend="neuron", entries=titan_api.TORCHTITAN_API)
               or {"entries_checked": len(titan_api.TORCHTITAN_API), "version": titan_api.installed_torchtitan()},
@@ -375,6 +378,25 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
     write_json(out / "preflight.json", report)
     write_text(out / "preflight.html", render_html(report))
     return report
+
+
+def install_plan(project: Path, published: Path = PUBLISHED_COMPONENTS) -> dict[str, Any]:
+    """envs/neuron.txt and the fork against the SDK release envs/neuron-sdk.toml names, and that file's versions
+    against AWS's published component list where one is recorded (`published`/sdk-<release>-components.md)."""
+    from .neuron_stack import PINS_FILE, STACK_FILE, components_problems, install_steps, pin_problems, read_stack
+    from .pins import read_pins
+
+    stack = read_stack(project / STACK_FILE)
+    problems = pin_problems(stack, read_pins(project / PINS_FILE))
+    listed = published / f"sdk-{stack.release}-components.md"
+    if listed.is_file():
+        problems += [f"{STACK_FILE} against {listed}: {p}" for p in components_problems(stack, listed.read_text())]
+    if problems:
+        raise PreflightError("the Neuron install plan does not match its SDK release:\n  - " + "\n  - ".join(problems))
+    return {"sdk_release": stack.release, "fork": f"{stack.fork.url} @ {stack.fork.ref}",
+            "fork_pinned_to_a_commit": stack.fork.pinned,
+            "published_list": str(listed) if listed.is_file() else f"not found ({listed}): versions not compared",
+            "steps": [step.what for step in install_steps(stack, "python", project)]}
 
 
 def fsdp_plan(config: dict[str, Any], out: Path) -> dict[str, Any]:

@@ -21,9 +21,14 @@ from ..pins import (
 )
 
 
-def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
-    """Checks one pin against the version installed now and writes its stamp; a mismatch writes nothing."""
+def run_package(package: str, pinned: str, out: Path, git_heads: list[Path] = ()) -> dict[str, Any]:
+    """Checks one pin against the version installed now and writes its stamp; a mismatch writes nothing. A
+    package installed from a git clone (the neuron backend's fork) records the clone's commit too."""
     row = check_pin(Pin(package, pinned), installed_version(package))
+    if git_heads:
+        from ..neuron_stack import git_head
+
+        row["commit"] = git_head(Path(git_heads[0]).parents[1])
     from ..artifacts import write_recorded_json
 
     write_recorded_json(out, row)  # the stages that consume the stamp hold it to this sha256
@@ -62,6 +67,14 @@ def run(
     if bad:
         raise PinError("pinned versions not installed:\n" + format_table(bad))
     lock = check_lock(lock_file)
+    figures = {}
+    if backend["backend"] == "neuron":
+        # Every component of the SDK release envs/neuron-sdk.toml names, the fork's commit with them.
+        from ..neuron_stack import check_record, installed_record, read_stack
+
+        figures["neuron_sdk"] = installed_record(read_stack())
+        record_measured(neuron_sdk=figures["neuron_sdk"])  # a failed stage's report shows the table
+        check_record(figures["neuron_sdk"])
     summary = StageSummary(
         stage="pin_env",
         status="pass",
@@ -72,6 +85,7 @@ def run(
             "lock": lock,
             "environment": environment_facts(),
             "system": make_backend(backend, cache_root).system_versions(),
+            **figures,
         },
         proves=f"Every package pinned in {pins_file} is installed at its pinned version in the environment "
         "that ran the stages"
