@@ -195,3 +195,17 @@ def test_the_preflight_checks_the_install_plan_against_the_published_list(tmp_pa
     pins.write_text(pins.read_text().replace("nki==0.7.0", "nki==0.6.*"))
     with pytest.raises(PreflightError, match=r"pins nki==0\.6\.\*; SDK 2\.33\.0 ships nki 0\.7\.0"):
         install_plan(project)
+
+
+def test_a_pinned_package_installed_from_a_git_clone_records_its_commit_in_its_stamp(tmp_path, monkeypatch):
+    from qwen3_pilot import neuron_stack
+    from qwen3_pilot.stages.pin_env import run_package
+
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    git(clone, "init", "-q", "-b", "main")
+    git(clone, "commit", "-q", "--allow-empty", "-m", "fork")
+    monkeypatch.setattr(neuron_stack, "editable_source", lambda name: clone if name == "pyyaml" else None)
+    stamped = run_package("pyyaml", f"=={__import__('yaml').__version__}", tmp_path / "pyyaml.json")
+    assert stamped["commit"] == git(clone, "rev-parse", "HEAD")
+    assert "commit" not in run_package("packaging", f"=={__import__('packaging').__version__}", tmp_path / "p.json")

@@ -21,14 +21,16 @@ from ..pins import (
 )
 
 
-def run_package(package: str, pinned: str, out: Path, git_heads: list[Path] = ()) -> dict[str, Any]:
+def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
     """Checks one pin against the version installed now and writes its stamp; a mismatch writes nothing. A
-    package installed from a git clone (the neuron backend's fork) records the clone's commit too."""
-    row = check_pin(Pin(package, pinned), installed_version(package))
-    if git_heads:
-        from ..neuron_stack import git_head
+    package installed editable from a git clone (the neuron backend's fork) records the clone's commit too."""
+    from ..neuron_stack import editable_source, git_head
 
-        row["commit"] = git_head(Path(git_heads[0]).parents[1])
+    row = check_pin(Pin(package, pinned), installed_version(package))
+    source = editable_source(package)
+    commit = git_head(source) if source else None
+    if commit:
+        row["commit"] = commit
     from ..artifacts import write_recorded_json
 
     write_recorded_json(out, row)  # the stages that consume the stamp hold it to this sha256
