@@ -209,3 +209,11 @@ def test_a_pinned_package_installed_from_a_git_clone_records_its_commit_in_its_s
     stamped = run_package("pyyaml", f"=={__import__('yaml').__version__}", tmp_path / "pyyaml.json")
     assert stamped["commit"] == git(clone, "rev-parse", "HEAD")
     assert "commit" not in run_package("packaging", f"=={__import__('packaging').__version__}", tmp_path / "p.json")
+
+
+def test_the_conda_env_uses_the_stack_files_indexes():
+    import yaml
+
+    env = yaml.safe_load((PROJECT / "envs" / "neuron.yaml").read_text())
+    (pip,) = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
+    assert [option for line in pip if line.startswith("--") for option in line.split()] == STACK.index_options()
