@@ -31,6 +31,8 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     native = report["checks"]["train_native"]["figures"]
     assert native["parameters"] == 4_022_468_096 and native["layers"] == 36
     assert native["rope_hf_on_every_layer"] == 36
+    # config/trn2.yaml trains the native 4B recipe with the replacement (kernels.train_native), and its plain twin.
+    assert native["kernel_replacements"] == {"rope_hf": 36}
     parity = {row["field"]: (row["built"], row["checkpoint"], row["verdict"]) for row in native["parity"]}
     assert parity["rope_theta"] == (5_000_000.0, 5_000_000.0, "match")
     moe = report["checks"]["moe_reduced"]["figures"]
@@ -40,7 +42,8 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert report["checks"]["fsdp_plan"]["figures"]["params_per_rank_max"] == 62_851_064
     launches = report["checks"]["launches"]["figures"]
     assert {(launch["stage"], launch["launch"]) for launch in launches} >= {
-        ("verify_ranks", "ranks"), ("train_native", "run"), ("train_native", "control"), ("train_hf", "run"),
+        ("verify_ranks", "ranks"), ("train_native", "run"), ("train_native", "control"), ("train_native", "plain"),
+        ("train_hf", "run"),
         ("moe_reduced", "run"), ("moe_reduced", "plain"), ("kernel_numerics", "stage process (no torchrun)"),
     }
     # kernel_numerics uses the device in the stage's own process, with the environment it sets there: the
@@ -60,8 +63,9 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     # The benchmark's launches: per recipe and run; compiled ones with the neuron compile backend; a compile
     # cache of their own per measurement, the eager run's too (TorchNeuron compiles in eager mode).
     bench = {launch["launch"]: launch for launch in launches if launch["stage"] == "benchmark"}
-    assert set(bench) == {"train_native eager", "train_native compiled_cold", "train_native compiled_warm",
-                          "moe_reduced eager", "moe_reduced plain"}
+    # The native recipe's rope_hf replacement (kernels.train_native) is measured against its plain twin too.
+    assert set(bench) == {"train_native eager", "train_native plain", "train_native compiled_cold",
+                          "train_native compiled_warm", "moe_reduced eager", "moe_reduced plain"}
     cold = bench["train_native compiled_cold"]
     assert " ".join(cold["command"]).endswith("--checkpoint.no-enable --compile.enable --compile.backend neuron")
     assert cold["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith(

@@ -423,8 +423,11 @@ def print_summary(report: dict[str, Any]) -> None:
         print(f"  {check['status']:4}  {name}" + (f": {check['error']}" if check["status"] != "pass" else ""))
     native = report["checks"].get("train_native", {}).get("figures")
     if native:
+        configured = native["kernel_replacements"].get("rope_hf", 0)
         print(f"  train_native: {native['parameters']:,} parameters, "
-              f"rope_hf replaces {native['rope_hf_on_every_layer']} of {native['layers']} layers' RoPE")
+              f"rope_hf replaces {native['rope_hf_on_every_layer']} of {native['layers']} layers' RoPE; "
+              + (f"{configured} rope_hf replacements in its planned launch (kernels.train_native), its plain "
+                 "twin without them" if configured else "not in its planned launch (kernels.train_native is empty)"))
         for row in native["parity"]:
             print(f"    {row['field']:24} built {row['built']!s:>12}  "
                   f"config.json {row['checkpoint']!s:>12}  {row['verdict']}")
