@@ -75,9 +75,11 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
     assert default_config(yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text()),
                           {"nodes": 2})["training"]["global_batch_size"] == 128
     assert config["training"]["steps"] == 10 and config["data"]["dataset"] == "c4_test"
-    # The seed's third configuration: the reduced MoE with both kernels; SDPA attention everywhere.
+    # The seed's third configuration: the reduced MoE with both kernels; the native 4B recipe with the NKI RoPE
+    # (the seed's replacement check on the 4B model); SDPA attention everywhere.
     assert config["kernels"]["moe_reduced"] == ["rope_hf", "moe_grouped_experts"]
-    assert config["kernels"]["train_native"] == [] and config["training"]["attention"] == "sdpa"
+    assert config["kernels"]["train_native"] == ["rope_hf"] and config["training"]["attention"] == "sdpa"
+    assert config["plan"]["hbm_per_rank_gib"] == 24  # 96 GiB per chip, 4 ranks at LNC=2
 
 
 @pytest.mark.parametrize(

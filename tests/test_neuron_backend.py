@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PROJECT, backend_config
+from conftest import PROJECT, backend_config, default_config
 
 from qwen3_pilot.backends import make_backend
 from qwen3_pilot.backends.neuron import (
@@ -131,6 +131,24 @@ def test_less_hbm_than_configured_is_a_problem():
         "neuron-ls: 24 GiB HBM per logical core (memory_size / nc_count), expected neuron.hbm_per_chip_gib / "
         "(cores_per_chip / lnc) = 128 / 4 = 32 GiB"
     ]
+
+
+@pytest.mark.parametrize("lnc, budget", [(2, 24), (1, 12)])
+def test_the_plans_hbm_budget_is_a_ranks_share_of_a_chip_at_the_configured_lnc(lnc, budget):
+    config = default_config({"neuron": {"lnc": lnc}})
+    assert config["plan"]["hbm_per_rank_gib"] == budget
+    assert default_config({"neuron": {"lnc": lnc}, "plan": {"hbm_per_rank_gib": 20}})["plan"]["hbm_per_rank_gib"] == 20
+
+
+def test_verify_ranks_plans_with_neuron_ls_hbm_per_rank_where_it_is_below_the_budget():
+    from qwen3_pilot.stages.verify_ranks import hbm_budget
+
+    measured, _ = neuron_topology(recorded("neuron-ls.trn2-container.json"), ONE_CHIP, ONE_CHIP_RANKS)
+    assert measured["hbm_per_rank_gib"] == 24
+    budget, source = hbm_budget(32, measured)
+    assert budget == 24 and source.startswith("neuron-ls: 24 GiB per logical core (below plan.hbm_per_rank_gib 32)")
+    assert hbm_budget(20, measured)[0] == 20  # neuron-ls reports more: the configured budget holds
+    assert hbm_budget(24, None) == (24, "plan.hbm_per_rank_gib 24 GiB (no neuron-ls on this backend)")
 
 
 def test_a_device_without_a_checked_key_and_text_that_is_not_json_are_named():

@@ -100,11 +100,22 @@ def baseline_problems(path: Path) -> list[str]:
 def fill_derived(config: dict[str, Any]) -> dict[str, Any]:
     """After `validate()`: the keys whose null means "derived from other keys". training.global_batch_size
     = null is one sequence per rank per step (local batch x ranks x nodes), so a config keeps working when
-    `nodes` changes."""
+    `nodes` changes; plan.hbm_per_rank_gib = null is a rank's share of a chip's HBM at neuron.lnc."""
     training = config["training"]
     if training["global_batch_size"] is None:
         training["global_batch_size"] = training["local_batch_size"] * config["ranks"] * config["nodes"]
+    if config["plan"]["hbm_per_rank_gib"] is None:
+        config["plan"]["hbm_per_rank_gib"] = hbm_per_rank_gib(config["neuron"])
     return config
+
+
+def hbm_per_rank_gib(neuron: dict[str, Any]) -> float:
+    """A rank's share of a chip's HBM: one rank per logical core, cores_per_chip / lnc of them per chip (96 GiB
+    / 4 = 24 at LNC=2, 96 / 8 = 12 at LNC=1)."""
+    share = neuron["hbm_per_chip_gib"] / (neuron["cores_per_chip"] / neuron["lnc"])
+    # A whole number stays an int: the same figure a config wrote as 24 must not read as a changed param (24.0)
+    # and rerun verify_ranks and everything after it.
+    return int(share) if float(share).is_integer() else share
 
 
 def resolve_config(config: dict[str, Any]) -> dict[str, Any]:

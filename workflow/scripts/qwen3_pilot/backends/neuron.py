@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import expected_neuron_ranks
+from ..config import expected_neuron_ranks, hbm_per_rank_gib
 from . import Backend, cache_env, multi_node_launch, thread_caps
 
 log = logging.getLogger(__name__)
@@ -229,10 +229,6 @@ def device_figures(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return figures
 
 
-def configured_hbm_per_rank_gib(neuron: dict[str, Any]) -> float:
-    return neuron["hbm_per_chip_gib"] / (neuron["cores_per_chip"] / neuron["lnc"])
-
-
 def neuron_topology(
     devices_json_text: str, neuron: dict[str, Any], ranks: int
 ) -> tuple[dict[str, Any], list[str]]:
@@ -271,7 +267,7 @@ def neuron_topology(
             "the mapped devices appear"
         )
     measured = min(row["hbm_per_rank_gib"] for row in rows) if rows else None
-    configured = configured_hbm_per_rank_gib(neuron)
+    configured = hbm_per_rank_gib(neuron)
     # Less HBM than configured makes every memory budget derived from the config too generous; more is
     # recorded but harmless.
     if measured is not None and measured < configured:

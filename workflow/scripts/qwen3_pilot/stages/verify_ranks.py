@@ -8,6 +8,20 @@ from typing import Any
 from ..ranks import verify_ranks
 
 
+def hbm_budget(configured_gib: float, topology: dict[str, Any] | None) -> tuple[float, str]:
+    """The plan's HBM budget per rank: the configured one (plan.hbm_per_rank_gib, by default a chip's HBM at
+    neuron.lnc), or what neuron-ls reports per logical core (= per rank) where that is smaller, and where the
+    figure came from."""
+    measured = (topology or {}).get("hbm_per_rank_gib")
+    if measured is not None and measured < configured_gib:
+        return measured, (f"neuron-ls: {measured:g} GiB per logical core (below plan.hbm_per_rank_gib "
+                          f"{configured_gib:g})")
+    if measured is not None:
+        return configured_gib, (f"plan.hbm_per_rank_gib {configured_gib:g} GiB (neuron-ls reports {measured:g} per "
+                                "logical core)")
+    return configured_gib, f"plan.hbm_per_rank_gib {configured_gib:g} GiB (no neuron-ls on this backend)"
+
+
 def run(
     *, backend_config: dict[str, Any], plan: dict[str, Any], cache_root: str,
     ranks_dir: Path, plan_path: Path, summary_path: Path, log_path: Path,
@@ -18,10 +32,11 @@ def run(
 
     backend = make_backend(backend_config, str(Path(cache_root).resolve()))
     live = verify_ranks(backend, ranks_dir, log_path)
+    budget, budget_source = hbm_budget(plan["hbm_per_rank_gib"], live.get("topology"))
     fsdp_plan = run_plan_subprocess(
-        flavor=plan["flavor"], world_size=plan["world_size"], hbm_per_rank_gib=plan["hbm_per_rank_gib"],
-        out_path=plan_path,
+        flavor=plan["flavor"], world_size=plan["world_size"], hbm_per_rank_gib=budget, out_path=plan_path,
     )
+    fsdp_plan["hbm_budget_source"] = budget_source
     summary = StageSummary(
         stage="verify_ranks",
         status="pass",
