@@ -4,12 +4,15 @@ torchtitan without one of them is refused with the name, why the project needs i
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
+from conftest import PROJECT
 
 from qwen3_pilot.titan_api import TORCHTITAN_API, ApiEntry, TorchtitanApiError, check_torchtitan_api, missing_api
 
@@ -121,3 +124,98 @@ def test_importing_the_checker_imports_neither_torch_nor_torchtitan():
     code = "import sys, qwen3_pilot.titan_api; print(sorted({'torch', 'torchtitan'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_recipe_is_checked_only_for_the_names_it_uses(fake_titan):
+    hf_only = ApiEntry(FAKE, "TrainingConfig", "the HF recipe sets it", fields=("gone",), users=("qwen3_hf",))
+    assert missing_api((hf_only,), user="qwen3_native") == []
+    check_torchtitan_api(entries=(hf_only,), user="qwen3_native")  # the native recipe starts
+    with pytest.raises(TorchtitanApiError, match=r"1 name\(s\) the recipe qwen3_hf uses:\n  - .*has no field gone"):
+        check_torchtitan_api(entries=(hf_only,), user="qwen3_hf")
+
+
+def test_every_entry_names_known_users_and_each_recipe_has_its_own_list():
+    from qwen3_pilot.titan_api import EXPORT, NUMERICS, RANK_PLAN, RECIPES
+
+    assert {user for entry in TORCHTITAN_API for user in entry.users} == {*RECIPES, RANK_PLAN, NUMERICS, EXPORT}
+    per_recipe = {recipe: {e.target for e in TORCHTITAN_API if recipe in e.users} for recipe in RECIPES}
+    assert "torchtitan.experiments.transformers_modeling_backend.configs.TransformersBackendConfig" in \
+        per_recipe["qwen3_hf"] - per_recipe["qwen3_native"]
+    assert "torchtitan.models.common.moe.MoE" in per_recipe["qwen3_moe_reduced"] - per_recipe["qwen3_hf"]
+
+
+def test_a_name_is_found_in_another_home_and_imported_from_there(fake_titan, monkeypatch):
+    from qwen3_pilot.titan_api import Home, import_home
+
+    old_home = types.ModuleType("fake_old_home")
+
+    @dataclasses.dataclass
+    class LRSchedulersContainer:
+        @dataclasses.dataclass
+        class Config:
+            warmup_steps: int = 0
+
+    old_home.LRSchedulersContainer = LRSchedulersContainer
+    monkeypatch.setitem(sys.modules, "fake_old_home", old_home)
+    entry = ApiEntry(FAKE, "LRSchedulersContainer.Config", "the recipes set them", fields=("warmup_steps",),
+                     homes=(Home("fake_old_home", "until 2026-08-18"),))
+    assert missing_api((entry,)) == [] and import_home(entry) is LRSchedulersContainer
+    gone = dataclasses.replace(entry, homes=(Home("fake_nowhere", "until 2026-08-18, when X removed it"),))
+    (message,) = missing_api((gone,))
+    assert message.startswith(f"{FAKE} has no LRSchedulersContainer.Config (the recipes set them;")
+    assert message.endswith("; not in fake_nowhere (until 2026-08-18, when X removed it) either")
+    with pytest.raises(TorchtitanApiError, match="not in fake_nowhere"):
+        import_home(gone)
+
+
+def test_the_two_names_upstream_moved_in_august_are_imported_from_where_0_3_0_keeps_them():
+    from qwen3_pilot.titan_api import CHECKPOINT_MANAGER, LR_SCHEDULERS, import_home
+
+    assert import_home(CHECKPOINT_MANAGER).__module__.startswith("torchtitan.components.checkpoint")
+    assert import_home(LR_SCHEDULERS).__name__ == "LRSchedulersContainer"
+    assert [home.module for home in CHECKPOINT_MANAGER.homes] == ["torchtitan.components.checkpoint"]
+    assert [home.module for home in LR_SCHEDULERS.homes] == ["torchtitan.components.lr_scheduler"]
+
+
+# A torchtitan from before the config refactor, as 0.2.2 on PyPI lays it out: TOML job config, no trainer module.
+PRE_REFACTOR = {"torchtitan/__init__.py": "", "torchtitan/config/__init__.py": "",
+                "torchtitan/config/job_config.py": "class JobConfig: pass\n", "torchtitan/train.py": ""}
+
+
+def refusal_in(path, tmp_path) -> subprocess.CompletedProcess:
+    code = ("from qwen3_pilot.titan_api import check_torchtitan_api, TorchtitanApiError\n"
+            "try:\n    check_torchtitan_api(user='qwen3_native')\nexcept TorchtitanApiError as error:\n"
+            "    print(error)\n    raise SystemExit(3)\n")
+    env = {**os.environ, "PYTHONPATH": f"{path}{os.pathsep}{PROJECT / 'workflow' / 'scripts'}"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+
+
+def test_a_torchtitan_from_before_the_config_refactor_is_refused_at_once(tmp_path):
+    for name, text in PRE_REFACTOR.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result = refusal_in(tmp_path, tmp_path)
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "predates upstream's config refactor of 2026-02-23 (9810191bb, #2386)" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.skipif(not os.environ.get("TORCHTITAN_0_2_2_WHEEL"),
+                    reason="TORCHTITAN_0_2_2_WHEEL names no wheel (.ci/run downloads torchtitan 0.2.2 and sets it)")
+def test_torchtitan_0_2_2_from_pypi_is_refused_at_once(tmp_path):
+    import zipfile
+
+    wheel = Path(os.environ["TORCHTITAN_0_2_2_WHEEL"])
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path / "site")
+    result = refusal_in(tmp_path / "site", tmp_path)
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "(torchtitan 0.2.2) predates upstream's config refactor" in result.stdout
+
+
+def test_a_trainer_checks_the_recipe_it_was_started_with():
+    from qwen3_pilot.in_ranks.train_entry import config_function
+
+    assert config_function(["-m", "x", "--module", "m", "--config", "qwen3_hf", "--dump_folder", "d"]) == "qwen3_hf"
+    assert config_function(["--config=qwen3_native"]) == "qwen3_native"
+    assert config_function(["--module", "m"]) is None

@@ -319,7 +319,6 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
     """Runs every check (each one's failure is recorded, the others still run) and writes the report."""
     from . import titan_api
     from .backends import make_backend
-    from .titan_api import check_torchtitan_api
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -336,9 +335,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
         }
     run_check("install_plan", lambda: install_plan(project), checks)
     # The neuron backend's entries, read at call time (a test takes one away to see the check fail).
-    run_check("torchtitan_api", lambda: check_torchtitan_api(backend="neuron", entries=titan_api.TORCHTITAN_API)
-              or {"entries_checked": len(titan_api.TORCHTITAN_API), "version": titan_api.installed_torchtitan()},
-              checks)
+    run_check("torchtitan_api", lambda: torchtitan_api(titan_api.TORCHTITAN_API), checks)
     if config is not None:
         backend = make_backend(config, str((project / CACHE_ROOT).resolve()))
         dense_json = run_check(
@@ -378,6 +375,22 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
     write_json(out / "preflight.json", report)
     write_text(out / "preflight.html", render_html(report))
     return report
+
+
+def torchtitan_api(entries) -> dict[str, Any]:
+    """The installed torchtitan's API per recipe (and per stage module) for the neuron backend: each user's
+    missing names; fails naming them, after refusing a torchtitan from before the config refactor."""
+    from .titan_api import TorchtitanApiError, config_api_problem, installed_torchtitan, missing_by_user
+
+    refused = config_api_problem()
+    if refused:
+        raise TorchtitanApiError(refused)
+    missing = missing_by_user("neuron", entries)
+    if any(missing.values()):
+        raise TorchtitanApiError(f"{installed_torchtitan()} lacks names these use:\n" + "\n".join(
+            f"  {user}:\n" + "\n".join(f"    - {name}" for name in names) for user, names in missing.items() if names))
+    return {"version": installed_torchtitan(), "entries_checked": len(entries),
+            **{user: "every name present" for user in missing}}
 
 
 def install_plan(project: Path, published: Path = PUBLISHED_COMPONENTS) -> dict[str, Any]:

@@ -56,6 +56,23 @@ CHUNKED_LOSS = _since("2026-06-26", "9530a874d", 3779)
 HF_BACKEND_MOE = _since("2026-07-20", "af35cfb15", 2679)  # MoE in the transformers modeling backend
 
 ALL_BACKENDS = ("cpu", "neuron")
+# The recipes, by the config function a trainer is started with (--config; in_ranks/recipes.py).
+NATIVE, HF, MOE = "qwen3_native", "qwen3_hf", "qwen3_moe_reduced"
+RECIPES = (NATIVE, HF, MOE)
+# Stage modules that build torchtitan models outside a trainer.
+RANK_PLAN, NUMERICS, EXPORT = "rank_plan.py", "numerics.py", "export_reload.py"
+# models.qwen3_decoder builds the native model from config.json: the native recipe, numerics.py, export_reload.py.
+DECODER_USERS = (NATIVE, NUMERICS, EXPORT)
+# The kernel converters: the recipes that list replacements, and numerics.py.
+CONVERTER_USERS = (NATIVE, MOE, NUMERICS)
+
+
+@dataclass(frozen=True)
+class Home:
+    """Another module that holds a name in some torchtitan versions, and from when until when."""
+
+    module: str
+    when: str
 
 
 class TorchtitanApiError(RuntimeError):
@@ -80,6 +97,12 @@ class ApiEntry:
     attributes: tuple[str, ...] = ()
     since: str = IN_0_3_0
     backends: tuple[str, ...] = ALL_BACKENDS
+    # Who needs it: the recipes by config function (a trainer checks only its own recipe's names before it
+    # starts), and the stage modules that build models outside a trainer (checked by the preflight).
+    users: tuple[str, ...] = RECIPES
+    # Other modules where some torchtitan keeps the same name, each with when: the entry holds if `module` or
+    # any of these has it, and `import_home` imports it from the first that does.
+    homes: tuple[Home, ...] = ()
 
     @property
     def target(self) -> str:
@@ -101,33 +124,39 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              fields=("local_batch_size", "global_batch_size", "seq_len", "steps", "mixed_precision_param"),
              since=_had("2026-02-23", "9810191bb", 2386, "2026-08-20, when 73aed7f6c (#4121) removed "
                         "local_batch_size, global_batch_size and seq_len")),
-    ApiEntry("torchtitan.config", "TrainingConfig", "rank_plan.py reads it", fields=("dtype",),
+    ApiEntry("torchtitan.config", "TrainingConfig", "rank_plan.py reads it", users=(RANK_PLAN,), fields=("dtype",),
              since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.config", "ParallelismConfig", "the recipes and rank_plan.py set them",
+             users=(*RECIPES, RANK_PLAN),
              fields=("data_parallel_shard_degree", "tensor_parallel_degree", "spmd_backend"),
              since=_since("2026-06-06", "641b5f6b8", 3466)),
-    ApiEntry("torchtitan.config", "CompileConfig", "the MoE recipe sets it", fields=("enable",),
+    ApiEntry("torchtitan.config", "CompileConfig", "the MoE recipe sets it", users=(MOE,), fields=("enable",),
              since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.config", "DebugConfig", "the recipes set them", fields=("seed", "print_config"),
              since=CONFIG_REFACTOR),
-    ApiEntry("torchtitan.config", "TORCH_DTYPE_MAP", "rank_plan.py reads it",
+    ApiEntry("torchtitan.config", "TORCH_DTYPE_MAP", "rank_plan.py reads it", users=(RANK_PLAN,),
              since=_since("2025-07-22", "34d815c02", 1442)),
     ApiEntry("torchtitan.tools.profiler", "Profiler.Config", "the recipes set it", fields=("enable_profiling",),
              since=_since("2026-04-17", "de7fc7bd0", 3020)),
-    ApiEntry("torchtitan.components.checkpoint", "CheckpointManager.Config", "the recipes set them",
-             fields=("enable", "interval", "initial_load_path", "initial_load_in_hf", "initial_load_model_only",
-                     "last_save_in_hf", "last_save_model_only", "export_dtype"),
-             since=_had("2026-02-23", "9810191bb", 2386, "2026-08-19, when 2e92be1c4 (#4184) removed the module "
-                        "(torchtitan.components.checkpointer has CheckpointManager since 2026-08-17)")),
+    (CHECKPOINT_MANAGER := ApiEntry(
+        "torchtitan.components.checkpointer", "CheckpointManager.Config", "the recipes set them",
+        fields=("enable", "interval", "initial_load_path", "initial_load_in_hf", "initial_load_model_only",
+                "last_save_in_hf", "last_save_model_only", "export_dtype"),
+        since=_since("2026-08-17", "6bc2108e9", 4141, "where upstream keeps it now"),
+        homes=(Home("torchtitan.components.checkpoint", "from 2026-02-23 (9810191bb, #2386) until 2026-08-19, when "
+                    "2e92be1c4 (#4184) removed that import path"),))),
     ApiEntry("torchtitan.components.optimizer", "default_adamw", "the recipes call it", parameters=("lr",),
              since=_since("2026-06-04", "632f67f12", 3269)),
-    ApiEntry("torchtitan.components.optimizer", "LRSchedulersContainer.Config", "the recipes set them",
-             fields=("warmup_steps", "decay_ratio", "decay_type", "min_lr_factor"),
-             since=_since("2026-08-17", "970fbddb3", 4140,
-                          "before, only torchtitan.components.lr_scheduler had it")),
-    ApiEntry("torchtitan.components.loss", "ChunkedLossWrapper.Config", "the recipes set it", fields=("loss_fn",),
+    (LR_SCHEDULERS := ApiEntry(
+        "torchtitan.components.optimizer", "LRSchedulersContainer.Config", "the recipes set them",
+        fields=("warmup_steps", "decay_ratio", "decay_type", "min_lr_factor"),
+        since=_since("2026-08-17", "970fbddb3", 4140, "where upstream keeps it now"),
+        homes=(Home("torchtitan.components.lr_scheduler", "until 2026-08-18, when 203f9a806 (#4172) removed that "
+                    "import path"),))),
+    ApiEntry("torchtitan.components.loss", "ChunkedLossWrapper.Config", "the recipes set it",
+             users=(NATIVE, MOE), fields=("loss_fn",),
              since=CHUNKED_LOSS),
-    ApiEntry("torchtitan.components.loss", "CrossEntropyLoss.Config", "the recipes set it",
+    ApiEntry("torchtitan.components.loss", "CrossEntropyLoss.Config", "the recipes set it", users=(NATIVE, MOE),
              fields=("global_vocab_size",), since=_since("2026-06-22", "073221a0a", 3726)),
     ApiEntry("torchtitan.hf_datasets.text_datasets", "HuggingFaceTextDataLoader.Config", "the recipes set them",
              fields=("dataset", "dataset_path"),
@@ -143,82 +172,93 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              attributes=("add_logger",), since=_since("2025-09-10", "612e4a12d", 1698)),
     # ---- the models (models.py, numerics.py, export_reload.py, rank_plan.py) ----
     ApiEntry("torchtitan.models.qwen3.config_registry", "qwen3_32b", "the native and MoE recipes build on it",
+             users=(NATIVE, MOE),
              since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.qwen3", "model_registry", "the recipes and rank_plan.py call it",
+             users=(NATIVE, MOE, RANK_PLAN),
              parameters=("flavor",), since=CONFIG_REFACTOR),
-    ApiEntry("torchtitan.models.qwen3", "model_registry", "kernel converters are passed to it",
+    ApiEntry("torchtitan.models.qwen3", "model_registry", "kernel converters are passed to it", users=(NATIVE, MOE),
              parameters=("converters",), since=CONVERTERS),
     ApiEntry("torchtitan.protocols.model", "ModelConfigConverter", "kernel converters subclass it",
+             users=CONVERTER_USERS,
              attributes=("Config",), since=CONVERTERS),
     ApiEntry("torchtitan.models.utils", "validate_converter_order", "replacement.apply_converters calls it, "
-             "as model_registry does", parameters=("converters",), since=CONVERTERS),
+             "as model_registry does", users=CONVERTER_USERS, parameters=("converters",), since=CONVERTERS),
     ApiEntry("torchtitan.protocols.module", "Module.Config", "the kernel converters walk the model config "
-             "with it", attributes=("traverse", "build"), since=CONFIG_TRAVERSE),
+             "with it", users=CONVERTER_USERS, attributes=("traverse", "build"), since=CONFIG_TRAVERSE),
     ApiEntry("torchtitan.models.common.rope", "CosSinRoPE", "kernels.rope.HFLayoutRoPE subclasses it and "
-             "reads its cache lookup", attributes=("_reshape_cache",), since=_private(PER_LAYER_ROPE)),
-    ApiEntry("torchtitan.protocols.model_spec", "ModelSpec", "the recipes replace them",
+             "reads its cache lookup",
+             users=CONVERTER_USERS, attributes=("_reshape_cache",), since=_private(PER_LAYER_ROPE)),
+    ApiEntry("torchtitan.protocols.model_spec", "ModelSpec", "the recipes replace them", users=(NATIVE, MOE),
              fields=("flavor", "model", "post_optimizer_build_fn", "parallelize_fn"), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.qwen3.model", "Qwen3Model.Config", "models.qwen3_decoder sets them",
+             users=DECODER_USERS,
              fields=("vocab_size", "dim", "norm", "enable_weight_tying", "tok_embeddings", "lm_head", "layers"),
              attributes=("traverse", "build", "update_from_config", "get_nparams_and_flops"),
              since=CONFIG_TRAVERSE),
     ApiEntry("torchtitan.models.qwen3", "_build_qwen3_layers", "the native recipe and numerics.py call it",
+             users=(NATIVE, NUMERICS),
              parameters=("fuse_qkv", "n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "hidden_dim",
                          "attn_backend", "rope"), since=_private(PER_LAYER_ROPE)),
     ApiEntry("torchtitan.models.qwen3", "_build_qwen3_moe_layers", "the MoE recipe and numerics.py call it",
+             users=(MOE, NUMERICS),
              parameters=("fuse_qkv", "n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "moe_hidden_dim",
                          "num_experts", "top_k", "attn_backend", "moe_comm_backend", "rope"),
              since=_private(_since("2026-06-24", "3396a4b37", 3714))),
-    ApiEntry("torchtitan.models.qwen3", "_qwen3_norm", "models.qwen3_decoder calls it", parameters=("dim",),
+    ApiEntry("torchtitan.models.qwen3", "_qwen3_norm", "models.qwen3_decoder calls it",
+             users=DECODER_USERS, parameters=("dim",),
              since=_private(_since("2026-04-03", "4b3347467", 2785))),
-    *(ApiEntry("torchtitan.models.qwen3", name, "models.qwen3_decoder uses it", since=_private(PARAM_INIT))
+    *(ApiEntry("torchtitan.models.qwen3", name, "models.qwen3_decoder uses it",
+               users=DECODER_USERS, since=_private(PARAM_INIT))
       for name in ("_EMBEDDING_INIT", "_EMBEDDING_SKIP_INIT", "_LINEAR_INIT")),
     ApiEntry("torchtitan.models.qwen3.state_dict_adapter", "Qwen3StateDictAdapter", "export_reload.py loads "
-             "the export with it", attributes=("from_hf",), since=CONFIG_REFACTOR),
-    ApiEntry("torchtitan.models.common", "Embedding.Config", "models.qwen3_decoder sets them",
+             "the export with it", users=(EXPORT,), attributes=("from_hf",), since=CONFIG_REFACTOR),
+    ApiEntry("torchtitan.models.common", "Embedding.Config", "models.qwen3_decoder sets them", users=DECODER_USERS,
              fields=("num_embeddings", "embedding_dim", "param_init"), since=PARAM_INIT),
-    ApiEntry("torchtitan.models.common", "Linear.Config", "models.qwen3_decoder sets them",
+    ApiEntry("torchtitan.models.common", "Linear.Config", "models.qwen3_decoder sets them", users=DECODER_USERS,
              fields=("in_features", "out_features", "param_init"), since=PARAM_INIT),
     ApiEntry("torchtitan.models.common", "CosSinRoPE.Config", "the recipes and numerics.py set them",
+             users=(NATIVE, MOE, NUMERICS),
              fields=("dim", "max_seq_len", "theta"),
              since=_had("2026-06-05", "02d24f017", 3458, "2026-08-20, when 73aed7f6c (#4121) removed max_seq_len")),
-    ApiEntry("torchtitan.models.common.nn_modules", "RMSNorm.Config", "the native recipe sets it",
+    ApiEntry("torchtitan.models.common.nn_modules", "RMSNorm.Config", "the native recipe sets it", users=DECODER_USERS,
              fields=("eps",), since=_since("2026-05-25", "af33f7638", 3398)),
     ApiEntry("torchtitan.models.common.attention", "ScaledDotProductAttention.Config", "recipes.use_sdpa "
-             "puts it in every layer", since=_since("2026-03-31", "261819688", 2761)),
+             "puts it in every layer", users=(NATIVE, MOE), since=_since("2026-03-31", "261819688", 2761)),
     ApiEntry("torchtitan.models.common.attention", "GQAttention.Config", "recipes.use_sdpa and the parity "
-             "check read them",
+             "check read them", users=(NATIVE, MOE),
              fields=("inner_attention", "n_heads", "n_kv_heads", "head_dim", "rope"), since=PER_LAYER_ROPE),
-    ApiEntry("torchtitan.models.common.moe", "GroupedExperts.Config", "kernels/moe.py builds it",
+    ApiEntry("torchtitan.models.common.moe", "GroupedExperts.Config", "kernels/moe.py builds it", users=(MOE, NUMERICS),
              fields=("dim", "hidden_dim", "num_experts"), since=_since("2026-03-17", "378781704", 2615)),
-    ApiEntry("torchtitan.models.common.moe", "MoE.Config", "titan_metrics.recording_router_load reads it",
+    ApiEntry("torchtitan.models.common.moe", "MoE.Config", "titan_metrics.recording_router_load reads it", users=(MOE,),
              fields=("load_balance_coeff",), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.common.moe", "MoE", "titan_metrics.recording_router_load reads and zeroes "
-             "the router's counts", assigns=("tokens_per_expert_E", "load_balance_coeff"),
+             "the router's counts", users=(MOE,), assigns=("tokens_per_expert_E", "load_balance_coeff"),
              since=_since("2026-05-27", "200100e7d", 3425)),
-    ApiEntry("torchtitan.models.common.config_utils", "decoder_vocab_size", "the recipes call it",
+    ApiEntry("torchtitan.models.common.config_utils", "decoder_vocab_size", "the recipes call it", users=(NATIVE, MOE),
              since=CHUNKED_LOSS),
     # ---- the transformers modeling backend (recipes.qwen3_hf) ----
     # The dates are the names' own; before af35cfb15 these modules fail to import with transformers 5
     # (HFTransformerModel.Config inherits PretrainedConfig's fields, which are not keyword-only).
     ApiEntry("torchtitan.experiments.transformers_modeling_backend.config_registry",
-             "transformers_modeling_backend_full", "the HF recipe builds on it", since=CONFIG_REFACTOR),
+             "transformers_modeling_backend_full", "the HF recipe builds on it", users=(HF,), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.experiments.transformers_modeling_backend.configs", "TransformersBackendConfig",
-             "the HF recipe sets it", fields=("hf_model",), since=CONFIG_REFACTOR),
+             "the HF recipe sets it", users=(HF,), fields=("hf_model",), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.experiments.transformers_modeling_backend.model", "HFTransformerModel.init_states",
-             "the HF recipe wraps it", parameters=("buffer_device",), since=PARAM_INIT),
+             "the HF recipe wraps it", users=(HF,), parameters=("buffer_device",), since=PARAM_INIT),
     ApiEntry("torchtitan.experiments.transformers_modeling_backend.model", "HFTransformerModel",
-             "the HF recipe's SDPA setting replaces it", attributes=("get_attention_masks",),
+             "the HF recipe's SDPA setting replaces it", users=(HF,), attributes=("get_attention_masks",),
              since=HF_BACKEND_MOE),
     *(ApiEntry("torchtitan.experiments.transformers_modeling_backend.model", name,
-               "the HF recipe's SDPA setting and remote-code guard replace it", since=_private(HF_BACKEND_MOE))
+               "the HF recipe's SDPA setting and remote-code guard replace it",
+               users=(HF,), since=_private(HF_BACKEND_MOE))
       for name in ("_flex_attention_torchtitan", "_ATTN_IMPLEMENTATION", "_REMOTE_CONFIG_DENYLIST")),
     # ---- what the cpu backend and the offline plan patch or call (backends/cpu.py, rank_plan.py) ----
     ApiEntry("torchtitan.tools.utils", "device_type", "the cpu backend's device workaround sets it",
              backends=("cpu",), since=REPO_LAYOUT),
     ApiEntry("torchtitan.tools.utils", "device_module", "the cpu backend's device workaround sets it",
              backends=("cpu",), since=REPO_LAYOUT),
-    ApiEntry("torchtitan.tools.utils", "set_default_dtype", "rank_plan.py calls it",
+    ApiEntry("torchtitan.tools.utils", "set_default_dtype", "rank_plan.py calls it", users=(RANK_PLAN,),
              since=_since("2025-09-16", "e99e16c91", 1646)),
     ApiEntry("torchtitan.components.metrics", "build_device_memory_monitor", "the cpu backend's memory "
              "workaround replaces it", backends=("cpu",), since=METRICS_COMPONENT),
@@ -227,38 +267,102 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
     ApiEntry("torchtitan.distributed.utils", "set_pg_timeouts", "the cpu backend's barrier workaround "
              "replaces it", parameters=("timeout", "parallel_dims"), backends=("cpu",),
              since=_since("2025-12-17", "183a0d2e7", 1660)),
-    ApiEntry("torchtitan.distributed.utils", "init_fake_mode", "rank_plan.py calls it",
+    ApiEntry("torchtitan.distributed.utils", "init_fake_mode", "rank_plan.py calls it", users=(RANK_PLAN,),
              since=_since("2025-11-25", "d0393b37a", 2057)),
     ApiEntry("torchtitan.distributed", "ParallelDims", "rank_plan.py builds the plan's mesh with it",
+             users=(RANK_PLAN,),
              attributes=("from_config", "build_mesh"), since=_since("2026-04-04", "a146a4dec", 2822)),
-    ApiEntry("torchtitan.distributed.parallel_dims", "device_type", "rank_plan.py patches it",
+    ApiEntry("torchtitan.distributed.parallel_dims", "device_type", "rank_plan.py patches it", users=(RANK_PLAN,),
              since=_since("2025-07-14", "6204cdff9", 1384)),
 )
 
 
-def missing_api(entries: tuple[ApiEntry, ...] = TORCHTITAN_API, backend: str | None = None) -> list[str]:
+def missing_api(entries: tuple[ApiEntry, ...] = TORCHTITAN_API, backend: str | None = None,
+                user: str | None = None) -> list[str]:
     """One message per name, field or parameter in `entries` that the installed torchtitan lacks;
-    `backend` leaves out entries that only another backend uses."""
+    `backend` leaves out entries that only another backend uses, `user` those that user does not need."""
     messages: list[str] = []
     modules: dict[str, Any] = {}
     for entry in entries:
-        if backend is not None and backend not in entry.backends:
+        if (backend is not None and backend not in entry.backends) or (user is not None and user not in entry.users):
             continue
         messages += _entry_problems(entry, modules)
     return messages
 
 
-def check_torchtitan_api(backend: str | None = None, entries: tuple[ApiEntry, ...] = TORCHTITAN_API) -> None:
-    """Raises TorchtitanApiError listing everything `missing_api` finds; silent when nothing is missing."""
-    missing = missing_api(entries, backend)
+def check_torchtitan_api(backend: str | None = None, entries: tuple[ApiEntry, ...] = TORCHTITAN_API,
+                         user: str | None = None) -> None:
+    """Raises TorchtitanApiError when the installed torchtitan predates the config API (config_api_problem),
+    or listing everything `missing_api` finds for `user` (a recipe's config function; None: every user);
+    silent when nothing is missing."""
+    refused = config_api_problem()
+    if refused:
+        raise TorchtitanApiError(refused)
+    missing = missing_api(entries, backend, user)
     if missing:
+        who = f"the recipe {user}" if user in RECIPES else (user or "this project")
         raise TorchtitanApiError(
-            f"the installed torchtitan ({installed_torchtitan()}) lacks {len(missing)} name(s) this project "
+            f"the installed torchtitan ({installed_torchtitan()}) lacks {len(missing)} name(s) {who} "
             "uses:\n  - " + "\n  - ".join(missing)
         )
 
 
+def missing_by_user(backend: str | None = None, entries: tuple[ApiEntry, ...] = TORCHTITAN_API) -> dict[str, list[str]]:
+    """missing_api per user (each recipe, then the stage modules): what each would be refused for."""
+    users = dict.fromkeys(user for entry in entries for user in entry.users)
+    return {user: missing_api(entries, backend, user) for user in sorted(users, key=_user_order)}
+
+
+def _user_order(user: str) -> tuple[int, str]:
+    return (RECIPES.index(user) if user in RECIPES else len(RECIPES), user)
+
+
+def config_api_problem() -> str | None:
+    """Why the installed torchtitan cannot run any recipe here at all, or None: releases before upstream's
+    config refactor (2026-02-23, 9810191bb, #2386), such as 0.2.2 on PyPI, configure the trainer with TOML
+    files (torchtitan.config.job_config.JobConfig) and have no Python config functions (--module/--config,
+    torchtitan.trainer.Trainer.Config), which every recipe here is."""
+    import importlib.util
+
+    try:
+        has_trainer = importlib.util.find_spec("torchtitan.trainer") is not None
+        has_job_config = importlib.util.find_spec("torchtitan.config.job_config") is not None
+    except ImportError as error:  # torchtitan itself, or its config package, cannot be imported
+        return f"torchtitan cannot be imported: {type(error).__name__}: {error}"
+    if not has_trainer and has_job_config:
+        return (f"the installed torchtitan ({installed_torchtitan()}) predates upstream's config refactor of "
+                "2026-02-23 (9810191bb, #2386): it is configured by TOML files (torchtitan.config.job_config), and the "
+                "recipes here are Python config functions for --module/--config (torchtitan.trainer.Trainer.Config). "
+                "Install torchtitan 0.3.0 (envs/cpu.txt) or the TorchTitan Neuron fork (envs/neuron-sdk.toml).")
+    return None
+
+
 def _entry_problems(entry: ApiEntry, modules: dict[str, Any]) -> list[str]:
+    """What `entry` finds missing in its module, or, where it names other homes, in the first home that has
+    the name (all of them failing: the main module's problems, with where else it was looked for)."""
+    problems = _home_problems(entry, entry.module, modules)
+    for home in entry.homes if problems else ():
+        if not _home_problems(entry, home.module, modules):
+            return []
+    if problems and entry.homes:
+        elsewhere = "; ".join(f"{home.module} ({home.when})" for home in entry.homes)
+        problems = [f"{problem}; not in {elsewhere} either" for problem in problems]
+    return problems
+
+
+def import_home(entry: ApiEntry) -> Any:
+    """The entry's top-level name (e.g. CheckpointManager for "CheckpointManager.Config") from the first of
+    its module and homes that holds everything the entry needs; TorchtitanApiError when none does."""
+    modules: dict[str, Any] = {}
+    for module in (entry.module, *(home.module for home in entry.homes)):
+        if not _home_problems(entry, module, modules):
+            return getattr(modules[module], entry.name.split(".")[0])
+    raise TorchtitanApiError(f"the installed torchtitan ({installed_torchtitan()}): "
+                             + "; ".join(_entry_problems(entry, modules)))
+
+
+def _home_problems(entry: ApiEntry, module_name: str, modules: dict[str, Any]) -> list[str]:
+    entry = dataclasses.replace(entry, module=module_name)
     reason = f"{entry.used_by}; {entry.since}"
     module = _import(entry.module, modules)
     if isinstance(module, Exception):

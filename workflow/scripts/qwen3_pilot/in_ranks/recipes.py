@@ -135,12 +135,15 @@ def check_hf_backend_build(recipe: dict[str, Any]) -> None:
 
 
 def _shared(config, recipe: dict[str, Any]):
-    from torchtitan.components.checkpoint import CheckpointManager
-    from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
+    from torchtitan.components.optimizer import default_adamw
     from torchtitan.config import TrainingConfig
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
+    from ..titan_api import CHECKPOINT_MANAGER, LR_SCHEDULERS, import_home
     from .titan_metrics import JsonlMetricsProcessor
+
+    # Each from wherever this torchtitan keeps it (upstream moved both in August 2026).
+    CheckpointManager, LRSchedulersContainer = import_home(CHECKPOINT_MANAGER), import_home(LR_SCHEDULERS)  # noqa: N806
 
     config.hf_assets_path = recipe["checkpoint"]  # tokenizer.json + tokenizer_config.json
     config.dataloader = HuggingFaceTextDataLoader.Config(dataset=recipe["dataset"], dataset_path=recipe["dataset_path"])
@@ -217,13 +220,13 @@ def qwen3_hf():
 def qwen3_moe_reduced():
     """torchtitan's qwen3_32b recipe with the reduced MoE in place of the 32B model, trained from random
     init (there are no reduced weights to load) with the router's load recorded per step."""
-    from torchtitan.components.checkpoint import CheckpointManager
     from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
     from torchtitan.models.common.config_utils import decoder_vocab_size
     from torchtitan.models.qwen3 import model_registry
     from torchtitan.models.qwen3.config_registry import qwen3_32b
 
     from ..replacement import apply_converters
+    from ..titan_api import CHECKPOINT_MANAGER, import_home
     from .titan_metrics import recording_router_load
 
     recipe = load_recipe()
@@ -239,6 +242,6 @@ def qwen3_moe_reduced():
         loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))
     )
     config = _shared(config, recipe)
-    config.checkpoint = CheckpointManager.Config(enable=False)
+    config.checkpoint = import_home(CHECKPOINT_MANAGER).Config(enable=False)
     config.compile.enable = False  # eager, as the pilot specifies
     return config

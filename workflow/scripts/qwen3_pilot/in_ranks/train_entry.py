@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -17,16 +18,26 @@ from ..titan_api import check_torchtitan_api
 from .recipes import load_recipe
 
 
+def config_function(argv: list[str]) -> str | None:
+    """The recipe this trainer was started with (torchtitan's --config F, or --config=F)."""
+    for index, arg in enumerate(argv):
+        if arg == "--config" and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 @record  # a failing rank writes its exception to torchrun's error file; launch.py reads it
 def main() -> None:
     die_with_parent()
     recipe = load_recipe()
     backend = backend_module(recipe["backend"])
     applied = backend.prepare_torchtitan()
-    # The fork's version string says nothing about its API: name anything the recipes use that this
-    # torchtitan lacks before a config function fails on it. One rank suffices; torchrun stops the rest.
+    # The fork's version string says nothing about its API: name anything this recipe uses that this
+    # torchtitan lacks before its config function fails on it. One rank suffices; torchrun stops the rest.
     if os.environ.get("RANK", "0") == "0":
-        check_torchtitan_api(backend=recipe["backend"])
+        check_torchtitan_api(backend=recipe["backend"], user=config_function(sys.argv))
     # Before the recipe builds the model: the replaced modules log the implementation that runs.
     kernels = backend.install_kernels(recipe["lnc"]) if recipe["replacements"] else {}
     from torchtitan.train import main as torchtitan_main
