@@ -8,7 +8,7 @@ ARGS ?=
 # The trn2 configuration the preflight checks (config/config.yaml with these files laid over it).
 TRN2_CONFIG ?= config/trn2.yaml
 
-.PHONY: report test test-fast mutations preflight verify signoff lint lock lock-check install-neuron lock-neuron clean
+.PHONY: report test test-fast mutations preflight verify signoff lint lock lock-check install-neuron lock-neuron titan-compat clean
 
 $(VENV)/.installed: envs/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -77,6 +77,13 @@ install-neuron:
 # commit it, and the next install-neuron installs from it.
 lock-neuron:
 	PYTHONPATH=workflow/scripts $(NEURON_PY) -m qwen3_pilot.neuron_stack lock
+
+# The recipes on other torchtitans (recipe x torchtitan -> works / fails, why), in the finished cpu run here
+# (make report first): TORCHTITANS="LABEL=PATH ..." with PATH a folder holding a torchtitan package (e.g.
+# `git -C <torchtitan clone> archive <commit> torchtitan | tar -x -C PATH`) or a wheel. docs/torchtitan-compat.md.
+TORCHTITANS ?=
+titan-compat: $(VENV)/.installed
+	$(BIN)/python -m qwen3_pilot.titan_compat $(foreach t,$(TORCHTITANS),--torchtitan $(t)) $(ARGS)
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

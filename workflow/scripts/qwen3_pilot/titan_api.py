@@ -22,6 +22,7 @@ import dataclasses
 import importlib
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # The default for a new entry, until its upstream date is found (tests/test_titan_api.py refuses it).
@@ -428,9 +429,17 @@ def _init_source(cls: Any) -> str | None:
 
 
 def installed_torchtitan() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    """The torchtitan that `import torchtitan` finds, by its distribution's version; a source tree ahead of the
+    installed distribution on the path (PYTHONPATH) is named by its folder instead."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, distribution
 
+    spec = importlib.util.find_spec("torchtitan")  # finds, does not import
+    imported = Path(spec.origin).resolve().parent if spec and spec.origin else None
     try:
-        return f"torchtitan {version('torchtitan')}"
+        found = distribution("torchtitan")
     except PackageNotFoundError:
-        return "torchtitan, no distribution metadata"
+        found = None
+    if found is not None and (imported is None or Path(found.locate_file("torchtitan")).resolve() == imported):
+        return f"torchtitan {found.version}"
+    return f"torchtitan from {imported.parent}, no distribution metadata" if imported else "no torchtitan"

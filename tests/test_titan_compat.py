@@ -1,0 +1,36 @@
+"""The compatibility matrix's rows that CI runs (qwen3_pilot.titan_compat): the installed torchtitan 0.3.0 trains
+every recipe for 2 steps from the shared run's recorded launches, and torchtitan 0.2.2 from PyPI is refused before
+any launch, with the reason in its cells. The upstream-commit rows are `make titan-compat`'s (docs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from qwen3_pilot.titan_compat import INSTALLED, RECIPE_STAGES, Torchtitan, markdown, matrix
+
+WHEEL = os.environ.get("TORCHTITAN_0_2_2_WHEEL")
+
+
+@pytest.mark.torchrun
+@pytest.mark.skipif(not WHEEL, reason="TORCHTITAN_0_2_2_WHEEL names no wheel (.ci/run downloads torchtitan 0.2.2)")
+def test_0_3_0_trains_every_recipe_and_0_2_2_is_refused(trained_run):
+    rows = matrix(trained_run, [Torchtitan(INSTALLED, None), Torchtitan("pypi-0.2.2", Path(WHEEL))], steps=2)
+    installed, old = rows
+    assert installed["version"] == "torchtitan 0.3.0"
+    for recipe, cell in installed["recipes"].items():
+        assert cell["works"] and cell["why"].startswith("trained ") and len(cell["why"].split(", ")) == 2, recipe
+    assert old["version"] == "torchtitan 0.2.2"
+    for cell in old["recipes"].values():
+        assert not cell["works"] and cell["why"].startswith("refused: the installed torchtitan (torchtitan 0.2.2) "
+                                                            "predates upstream's config refactor")
+    table = markdown(rows, 2)
+    assert table.count("| works: trained ") == 3 and table.count("| fails: refused: ") == 3
+    assert len(table.splitlines()) == 4 + len(rows) and all(stage in table for stage in RECIPE_STAGES)
+
+
+def test_a_folder_without_a_finished_run_is_refused_naming_what_is_missing(tmp_path):
+    with pytest.raises(SystemExit, match="no recorded launch for train_native, train_hf, moe_reduced"):
+        matrix(tmp_path, [Torchtitan(INSTALLED, None)], steps=2)

@@ -1,0 +1,176 @@
+"""The recipes on other torchtitans: recipe x torchtitan -> works / fails (why).
+
+    python -m qwen3_pilot.titan_compat [--torchtitan LABEL=PATH ...] [--steps 2] [--out FILE.md]
+    (make titan-compat TORCHTITANS="LABEL=PATH ...")
+
+For the installed torchtitan and each PATH (a folder holding a `torchtitan` package, e.g. `git archive <commit>
+torchtitan | tar -x -C PATH`, or a wheel), on this interpreter's torch: first whether it can run any recipe at all
+(titan_api.config_api_problem: releases before upstream's config refactor cannot), then each recipe's own API
+check (titan_api: the names that recipe uses, from any of their known homes), then, when both pass, the recipe's
+recorded trainer launch of the finished cpu run in this folder (results/<stage>/run/launch.json, tiny widths, 2
+gloo ranks) again for `--steps` steps with that torchtitan first on the ranks' import path (training.relaunch).
+The tiny models, corpus and checkpoint are the run's; nothing here downloads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+# Each recipe (its config function) and the stage whose recorded launch trains it.
+RECIPE_STAGES = {"qwen3_native": "train_native", "qwen3_hf": "train_hf", "qwen3_moe_reduced": "moe_reduced"}
+INSTALLED = "installed"
+# The "(who uses it; since when upstream has it)" at the end of a missing-name message: the JSON keeps it.
+WHY_AND_SINCE = re.compile(r" \([^()]*; (upstream (has it since|had it from)|present in) .*$")
+SCRIPTS = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Torchtitan:
+    label: str
+    path: Path | None  # None: the installed one
+
+    def import_path(self) -> dict[str, str]:
+        """The environment that puts this torchtitan first on the import path (nothing for the installed one)."""
+        if self.path is None:
+            return {}
+        return {"PYTHONPATH": os.pathsep.join([str(self.path), str(SCRIPTS), os.environ.get("PYTHONPATH", "")])}
+
+
+def unpacked(torchtitan: Torchtitan, scratch: Path) -> Torchtitan:
+    """A wheel unpacked into `scratch` (a wheel is a zip of the packages); a folder as it is."""
+    if torchtitan.path is None or torchtitan.path.is_dir():
+        return torchtitan
+    folder = scratch / f"{torchtitan.label}-unpacked"
+    with zipfile.ZipFile(torchtitan.path) as archive:
+        archive.extractall(folder)
+    return Torchtitan(torchtitan.label, folder)
+
+
+# Run with the torchtitan under test first on the path: its version, the refusal, and each recipe's missing names.
+_API_PROBE = """
+import json
+from qwen3_pilot import titan_api
+refused = titan_api.config_api_problem()
+missing = {} if refused else {r: titan_api.missing_api(backend="cpu", user=r) for r in titan_api.RECIPES}
+import torchtitan
+print(json.dumps({"version": titan_api.installed_torchtitan(), "file": torchtitan.__file__,
+                  "refused": refused, "missing": missing}))
+"""
+
+
+def api_probe(torchtitan: Torchtitan) -> dict[str, Any]:
+    result = subprocess.run([sys.executable, "-c", _API_PROBE], capture_output=True, text=True,
+                            env={**os.environ, **torchtitan.import_path()}, timeout=600)
+    if result.returncode != 0:
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"version": "unknown", "refused": f"the API check could not run: {tail}", "missing": {}}
+    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = (torchtitan.path / "torchtitan") if torchtitan.path else None
+    if expected is not None and not probe["file"].startswith(str(expected)):
+        probe["refused"] = f"imported {probe['file']}, not the torchtitan under {torchtitan.path}"
+    return probe
+
+
+def train(workdir: Path, torchtitan: Torchtitan, recipe: str, steps: int, scratch: Path) -> tuple[bool, str]:
+    """The recipe's recorded launch again for `steps` steps on this torchtitan: (trained, why not / losses)."""
+    from .training import read_steps, relaunch
+
+    stage = RECIPE_STAGES[recipe]
+    folder = scratch / torchtitan.label / recipe
+    launch = relaunch(workdir, stage, "run", folder, added_env=torchtitan.import_path(),
+                      recipe_changes={"steps": steps, "warmup_steps": 1})
+    if launch.returncode != 0:
+        error = launch.rank_error() or (launch.output().strip().splitlines() or ["no output"])[-1]
+        return False, f"the trainer failed: {error.splitlines()[-1] if error else 'no error recorded'}"[:400]
+    losses = [step["loss"] for step in read_steps(folder / "run" / "metrics.jsonl")]
+    if len(losses) != steps:
+        return False, f"{len(losses)} of {steps} steps logged"
+    return True, "trained " + ", ".join(f"{loss:.3f}" for loss in losses)
+
+
+def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dict[str, Any]:
+    """One torchtitan: per recipe 'works' or 'fails', and why."""
+    probe = api_probe(torchtitan)
+    cells = {}
+    for recipe in RECIPE_STAGES:
+        if probe["refused"]:
+            cells[recipe] = {"works": False, "why": f"refused: {probe['refused']}"}
+        elif probe["missing"].get(recipe):
+            names = probe["missing"][recipe]
+            cells[recipe] = {"works": False, "why": f"{len(names)} name(s) missing: " + "; ".join(
+                WHY_AND_SINCE.sub("", name) for name in names[:3]) + ("; ..." if len(names) > 3 else "")}
+        else:
+            works, why = train(workdir, torchtitan, recipe, steps, scratch)
+            cells[recipe] = {"works": works, "why": why}
+    return {"torchtitan": torchtitan.label, "version": probe["version"], "recipes": cells}
+
+
+def matrix(workdir: Path, torchtitans: list[Torchtitan], steps: int) -> list[dict[str, Any]]:
+    missing = [stage for stage in RECIPE_STAGES.values()
+               if not (workdir / "results" / stage / "run" / "launch.json").is_file()]
+    if missing:
+        raise SystemExit(f"{workdir}: no recorded launch for {', '.join(missing)} (results/<stage>/run/launch.json): "
+                         "run the cpu pipeline here first (make report)")
+    with tempfile.TemporaryDirectory(prefix="titan-compat-") as scratch:
+        return [row(workdir, unpacked(t, Path(scratch)), steps, Path(scratch)) for t in torchtitans]
+
+
+def markdown(rows: list[dict[str, Any]], steps: int) -> str:
+    lines = [f"Measured {date.today().isoformat()} with `python -m qwen3_pilot.titan_compat` ({steps} steps per "
+             "recipe, tiny widths, 2 gloo ranks, torch " + _torch_version() + ").", "",
+             "| torchtitan | version | " + " | ".join(RECIPE_STAGES) + " |",
+             "|---|---|" + "---|" * len(RECIPE_STAGES)]
+    for entry in rows:
+        cells = [("works" if c["works"] else "fails") + f": {c['why']}" for c in entry["recipes"].values()]
+        lines.append(f"| {entry['torchtitan']} | {entry['version']} | " + " | ".join(
+            cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _torch_version() -> str:
+    from importlib.metadata import version
+
+    return version("torch")
+
+
+def parse_torchtitan(text: str) -> Torchtitan:
+    label, sep, path = text.partition("=")
+    if not sep or not label or not Path(path).exists():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LABEL=PATH with an existing folder or wheel")
+    return Torchtitan(label, Path(path).resolve())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qwen3_pilot.titan_compat", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--torchtitan", type=parse_torchtitan, action="append", default=[],
+                        help="LABEL=PATH: a folder holding a torchtitan package, or a wheel (repeatable)")
+    parser.add_argument("--no-installed", action="store_true", help="leave out the installed torchtitan")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=Path.cwd(), help="a finished cpu run (default: here)")
+    parser.add_argument("--out", type=Path, help="also write the table (markdown) and the rows (.json beside it)")
+    args = parser.parse_args(argv)
+    torchtitans = ([] if args.no_installed else [Torchtitan(INSTALLED, None)]) + args.torchtitan
+    rows = matrix(args.workdir.resolve(), torchtitans, args.steps)
+    table = markdown(rows, args.steps)
+    print(table)
+    if args.out:
+        args.out.write_text(table)
+        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    # Non-zero when the installed torchtitan cannot run a recipe: the others are what they are.
+    installed = [entry for entry in rows if entry["torchtitan"] == INSTALLED]
+    return 1 if any(not cell["works"] for entry in installed for cell in entry["recipes"].values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
