@@ -33,6 +33,8 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert native["rope_hf_on_every_layer"] == 36
     # config/trn2.yaml trains the native 4B recipe with the replacement (kernels.train_native), and its plain twin.
     assert native["kernel_replacements"] == {"rope_hf": 36}
+    # The base the recipe took: the fork's Qwen3 recipe on a trn2 where it has one; upstream's here (no fork).
+    assert native["base"] == "torchtitan.models.qwen3.config_registry:qwen3_32b"
     parity = {row["field"]: (row["built"], row["checkpoint"], row["verdict"]) for row in native["parity"]}
     assert parity["rope_theta"] == (5_000_000.0, 5_000_000.0, "match")
     moe = report["checks"]["moe_reduced"]["figures"]

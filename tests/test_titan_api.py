@@ -219,3 +219,47 @@ def test_a_trainer_checks_the_recipe_it_was_started_with():
     assert config_function(["-m", "x", "--module", "m", "--config", "qwen3_hf", "--dump_folder", "d"]) == "qwen3_hf"
     assert config_function(["--config=qwen3_native"]) == "qwen3_native"
     assert config_function(["--module", "m"]) is None
+
+
+def fake_fork(monkeypatch, registry_source: str):
+    """A torchtitan_neuron package with models.qwen3.config_registry holding `registry_source`."""
+    for name in ("torchtitan_neuron", "torchtitan_neuron.models", "torchtitan_neuron.models.qwen3"):
+        module = types.ModuleType(name)
+        module.__path__ = []  # a package
+        monkeypatch.setitem(sys.modules, name, module)
+    registry = types.ModuleType("torchtitan_neuron.models.qwen3.config_registry")
+    exec(registry_source, registry.__dict__)
+    monkeypatch.setitem(sys.modules, registry.__name__, registry)
+
+
+def test_on_neuron_the_native_recipe_starts_from_the_forks_qwen3_recipe_where_it_has_one(monkeypatch):
+    from qwen3_pilot.titan_api import native_base
+
+    upstream = "torchtitan.models.qwen3.config_registry:qwen3_32b"
+    assert native_base("cpu")[1] == upstream
+    assert native_base("neuron")[1] == upstream  # no fork installed here
+    fake_fork(monkeypatch, "def qwen3_8b_tp4_fsdp16_sac():\n    return 'the fork recipe'\n")
+    function, name = native_base("neuron")
+    assert name == "torchtitan_neuron.models.qwen3.config_registry:qwen3_8b_tp4_fsdp16_sac"
+    assert function() == "the fork recipe"
+    assert native_base("cpu")[1] == upstream  # the cpu backend never takes the fork's
+
+
+def test_a_fork_without_that_recipe_falls_back_and_a_broken_one_is_an_error(monkeypatch):
+    from qwen3_pilot.titan_api import native_base
+
+    fake_fork(monkeypatch, "def qwen3_other():\n    pass\n")
+    assert native_base("neuron")[1] == "torchtitan.models.qwen3.config_registry:qwen3_32b"
+    monkeypatch.delitem(sys.modules, "torchtitan_neuron.models.qwen3.config_registry")
+
+    def failing_import(name, *args, **kwargs):
+        if name.startswith("torchtitan_neuron"):
+            raise ModuleNotFoundError("No module named 'nkilib'", name="nkilib")
+        return real_import(name, *args, **kwargs)
+
+    import importlib
+
+    real_import = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", failing_import)
+    with pytest.raises(ModuleNotFoundError, match="nkilib"):
+        native_base("neuron")

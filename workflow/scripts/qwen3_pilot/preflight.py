@@ -153,7 +153,11 @@ def native_check(recipe_path: Path, lnc: int) -> dict[str, Any]:
     if len(demo.get("rope_hf", [])) != len(model.layers):
         raise PreflightError(f"train_native: rope_hf replaced {len(demo.get('rope_hf', []))} RoPE modules in a "
                              f"{len(model.layers)}-layer model; expected one per layer")
+    from .titan_api import native_base
+
     return {
+        # Which config function the recipe started from on neuron: the fork's Qwen3 recipe where it has one.
+        "base": native_base("neuron")[1],
         "flavor": trainer.model_spec.flavor,
         "parameters": count_parameters(model),
         "layers": len(model.layers),
@@ -441,6 +445,7 @@ def print_summary(report: dict[str, Any]) -> None:
               f"rope_hf replaces {native['rope_hf_on_every_layer']} of {native['layers']} layers' RoPE; "
               + (f"{configured} rope_hf replacements in its planned launch (kernels.train_native), its plain "
                  "twin without them" if configured else "not in its planned launch (kernels.train_native is empty)"))
+        print(f"  train_native starts from {native['base']}")
         for row in native["parity"]:
             print(f"    {row['field']:24} built {row['built']!s:>12}  "
                   f"config.json {row['checkpoint']!s:>12}  {row['verdict']}")

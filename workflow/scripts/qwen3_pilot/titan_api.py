@@ -278,6 +278,33 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
 )
 
 
+# AWS's TorchTitan Neuron tutorial trains Qwen3 with `--module torchtitan_neuron.models.qwen3 --config
+# qwen3_8b_tp4_fsdp16_sac` ("Tutorial: Run a basic TorchTitan training on Neuron", date-modified 2026-10-15): on
+# neuron the native recipe starts from that config function where the installed fork has it, for the Neuron
+# settings AWS ships with it, and from upstream's qwen3_32b otherwise (the cpu backend, a fork without it).
+FORK_NATIVE_BASE = ("torchtitan_neuron.models.qwen3", "qwen3_8b_tp4_fsdp16_sac")
+UPSTREAM_NATIVE_BASE = ("torchtitan.models.qwen3.config_registry", "qwen3_32b")
+
+
+def native_base(backend: str) -> tuple[Any, str]:
+    """The config function the native recipe starts from on `backend`, and its "module:function" name. The
+    fork's module is looked up as torchtitan's --module does (module.config_registry, then the module); a
+    fork module that exists but fails to import is an error, not a reason to fall back."""
+    if backend == "neuron":
+        module, name = FORK_NATIVE_BASE
+        for candidate in (f"{module}.config_registry", module):
+            try:
+                found = importlib.import_module(candidate)
+            except ModuleNotFoundError as error:
+                if error.name and candidate.startswith(error.name):
+                    continue  # that module (or a parent) is not there
+                raise
+            if hasattr(found, name):
+                return getattr(found, name), f"{candidate}:{name}"
+    module, name = UPSTREAM_NATIVE_BASE
+    return getattr(importlib.import_module(module), name), f"{module}:{name}"
+
+
 def missing_api(entries: tuple[ApiEntry, ...] = TORCHTITAN_API, backend: str | None = None,
                 user: str | None = None) -> list[str]:
     """One message per name, field or parameter in `entries` that the installed torchtitan lacks;

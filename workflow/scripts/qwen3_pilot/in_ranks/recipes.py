@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -181,13 +182,17 @@ def _shared(config, recipe: dict[str, Any]):
 
 
 def qwen3_native():
-    """torchtitan's qwen3_32b recipe with the checkpoint's model in place of the 32B one."""
+    """torchtitan's qwen3_32b recipe (on neuron, the TorchTitan Neuron fork's Qwen3 recipe where it has one:
+    titan_api.native_base) with the checkpoint's model in place of its model."""
     from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
     from torchtitan.models.common.config_utils import decoder_vocab_size
-    from torchtitan.models.qwen3.config_registry import qwen3_32b
+
+    from ..titan_api import native_base
 
     recipe = load_recipe()
-    config = qwen3_32b()
+    base, base_name = native_base(recipe["backend"])
+    logging.getLogger(__name__).warning("native recipe base: %s", base_name)
+    config = base()
     config.model_spec = native_model_spec(recipe)
     config.loss = ChunkedLossWrapper.Config(
         loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))
