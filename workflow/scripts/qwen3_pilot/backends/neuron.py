@@ -25,8 +25,9 @@ from . import Backend, cache_env, multi_node_launch, thread_caps
 
 log = logging.getLogger(__name__)
 
-# The Neuron driver, runtime, collectives and tools (neuron-ls) packages; the same names in AWS's apt
-# (Ubuntu DLAMI) and yum (Amazon Linux 2023) repositories.
+# The Neuron driver, runtime, collectives and tools (neuron-ls) packages, as AWS's SDK 2.33.0 component list
+# names them (envs/neuron-sdk.toml [system], ../shared/data/neuron/sdk-2.33.0-components.md); the same names in
+# AWS's apt (Ubuntu) and yum (Amazon Linux 2023) repositories (AWS's manual-install pages for each OS).
 NEURON_SYSTEM_PACKAGES = (
     "aws-neuronx-dkms", "aws-neuronx-runtime-lib", "aws-neuronx-collectives", "aws-neuronx-tools",
 )
@@ -45,7 +46,8 @@ COMPILER_DISTRIBUTION = "neuronx-cc"
 DEVICE_KEYS = ("nc_count", "logical_neuroncore_config", "memory_size")
 GIB = 2**30
 # Dense BF16 peak that torchtitan uses for MFU on trn2: 158 TFLOPS per logical core at LNC=2, i.e. per
-# pair of physical cores; at LNC=1 a rank is one physical core, half of that.
+# pair of physical cores; at LNC=1 a rank is one physical core, half of that (../shared/DESIGN.md, "Reference
+# numbers": 79 TFLOPS per physical core; AWS's chip page gives 667 TFLOPS per chip, about 5 % above 8 x 79).
 TRN2_BF16_PEAK_FLOPS_PER_PHYSICAL_CORE = 158e12 / 2
 # TorchNeuron's compile caches (DESIGN.md): compiled NEFFs, and the debug folder whose default is
 # /tmp/neuron_backend. NEURON_COMPILE_CACHE_URL and NEURON_CC_FLAGS=--cache_dir are the older torch-xla
@@ -152,7 +154,8 @@ def launch_environment_problems(config: dict[str, Any], environ: dict[str, str] 
 
 
 # Collectives between instances go over EFA through libfabric (AWS's multi-node Neuron samples set these; the
-# Neuron multi-node setup guide requires EFA on every node).
+# Neuron multi-node setup guide requires EFA on every node; ../shared/DESIGN.md, "Neuron facts checked
+# against AWS's public sources").
 EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
 
 
@@ -165,7 +168,8 @@ def device_process_env(
     lnc = str(config["neuron"]["lnc"])
     return {
         **compile_cache_env(cache_root),
-        # Runtimes from 2.20 read NEURON_LOGICAL_NC_CONFIG; older ones NEURON_RT_VIRTUAL_CORE_SIZE.
+        # Runtimes from 2.20 read NEURON_LOGICAL_NC_CONFIG; older ones NEURON_RT_VIRTUAL_CORE_SIZE (AWS's
+        # logical-neuroncore-config page, linked above).
         "NEURON_LOGICAL_NC_CONFIG": lnc,
         "NEURON_RT_VIRTUAL_CORE_SIZE": lnc,
         "NEURON_CC_FLAGS": neuron_cc_flags(environ.get("NEURON_CC_FLAGS", ""), config["neuron"]["lnc"]),
