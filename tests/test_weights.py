@@ -76,11 +76,12 @@ def test_a_blob_that_does_not_match_its_hub_checksum_fails_and_leaves_nothing(tm
 
 
 def test_a_corrupted_safetensors_file_is_named(tmp_path, published):
-    # Corrupted before publishing, so its checksum matches: the parse must still catch it.
+    # Corrupted before publishing, so its checksum matches: the header check must still catch it.
     path = published / "model.safetensors"
     path.write_bytes(path.read_bytes()[:-9])
     cache, _ = publish(published, tmp_path)
-    with pytest.raises(WeightsError, match=r"model.safetensors: not a readable safetensors file"):
+    with pytest.raises(WeightsError, match=r"not a safe safetensors file: .*model.safetensors: tensor '.*': "
+                                           r"data_offsets \[\d+, \d+\] lie outside the \d+ bytes of data"):
         fetch(cache, tmp_path)
     assert not (tmp_path / "checkpoint").exists()
 

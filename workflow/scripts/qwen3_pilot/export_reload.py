@@ -44,11 +44,18 @@ def complete_export(export_dir: Path, checkpoint_dir: Path, out_dir: Path) -> li
 
 
 def read_tensors(folder: Path) -> dict[str, Any]:
-    """Every tensor in the folder's safetensors files (safetensors only: no pickle is ever loaded)."""
+    """Every tensor in the folder's safetensors files (safetensors only: no pickle is ever loaded), each file's
+    header checked before anything is read from it (safetensors_check)."""
     from safetensors import safe_open
+
+    from .safetensors_check import SafetensorsHeaderError, check_safetensors
 
     tensors: dict[str, Any] = {}
     for path in sorted(folder.glob("*.safetensors")):
+        try:
+            check_safetensors(path)
+        except SafetensorsHeaderError as error:
+            raise ExportError(f"not a safe safetensors file: {error}") from None
         with safe_open(path, "pt") as handle:
             for key in handle.keys():
                 if key in tensors:

@@ -56,9 +56,16 @@ def hub_checksum(snapshot_file: Path) -> str:
 
 
 def verify_safetensors(path: Path) -> dict[str, Any]:
-    """Parses the header and reads every tensor, so truncated or garbled files fail here, named."""
+    """Checks the header (safetensors_check: before anything is read), then reads every tensor, so hostile,
+    truncated or garbled files fail here, named."""
     from safetensors import SafetensorError, safe_open
 
+    from .safetensors_check import SafetensorsHeaderError, check_safetensors
+
+    try:
+        check_safetensors(path)
+    except SafetensorsHeaderError as error:
+        raise WeightsError(f"not a safe safetensors file: {error}") from None
     try:
         with safe_open(str(path), framework="pt") as handle:
             names = list(handle.keys())
