@@ -17,7 +17,12 @@ WHEEL = os.environ.get("TORCHTITAN_0_2_2_WHEEL")
 @pytest.mark.torchrun
 @pytest.mark.skipif(not WHEEL, reason="TORCHTITAN_0_2_2_WHEEL names no wheel (.ci/run downloads torchtitan 0.2.2)")
 def test_0_3_0_trains_every_recipe_and_0_2_2_is_refused(trained_run):
+    stages = [trained_run / "results" / stage for stage in RECIPE_STAGES.values()]
+    before = {path: path.read_bytes() for stage in stages for path in stage.rglob("*") if path.is_file()}
     rows = matrix(trained_run, [Torchtitan(INSTALLED, None), Torchtitan("pypi-0.2.2", Path(WHEEL))], steps=2)
+    # The relaunches wrote nothing into the stages' own folders (the MoE's router load included).
+    after = {path: path.read_bytes() for stage in stages for path in stage.rglob("*") if path.is_file()}
+    assert [str(path) for path in after if after[path] != before.get(path)] == []
     installed, old = rows
     assert installed["version"] == "torchtitan 0.3.0"
     for recipe, cell in installed["recipes"].items():

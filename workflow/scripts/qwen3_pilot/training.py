@@ -130,6 +130,10 @@ def launch(
     return result
 
 
+# Recipe keys naming files the ranks write beside the dump folder (the parity table; the MoE's router load).
+RANK_OUTPUT_KEYS = ("parity_path", "router_load_path")
+
+
 def relaunch(
     workdir: Path, stage: str, name: str, scratch: Path, *, recipe_changes: dict[str, Any] | None = None,
     added_env: dict[str, str] | None = None,
@@ -140,7 +144,9 @@ def relaunch(
     `added_env` over the recorded environment."""
     record = json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())
     recipe = json.loads(Path(record["env"][RECIPE_ENV]).read_text())
-    recipe = {**recipe, "parity_path": str(scratch / "parity.json"), **(recipe_changes or {})}
+    # Every file the ranks write outside the dump folder, moved too: the stage's own stay as it recorded them.
+    written = {key: str(scratch / Path(recipe[key]).name) for key in RANK_OUTPUT_KEYS if recipe.get(key)}
+    recipe = {**recipe, **written, **(recipe_changes or {})}
     scratch.mkdir(parents=True, exist_ok=True)
     recipe_path = scratch / "recipe.json"
     write_json(recipe_path, recipe)
