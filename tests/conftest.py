@@ -183,6 +183,16 @@ def slurm_unavailable() -> str | None:
     return None
 
 
+def pytest_sessionstart(session):
+    """A test cluster that a killed test run left behind (its client config in /etc/slurm stalls every SLURM query,
+    and with it every Snakemake start) is stopped and removed before anything runs; one in use is left alone."""
+    if slurm_unavailable() is None:
+        cleaned = subprocess.run([str(SLURM_CLUSTER), "clean-stale"], capture_output=True, text=True, timeout=120,
+                                 env={k: v for k, v in os.environ.items() if k != "SLURM_CONF"})
+        if cleaned.stderr.strip():
+            print(cleaned.stderr.strip())
+
+
 @contextmanager
 def slurm_cluster(state: Path):
     """tests/slurm/cluster.sh's one-node cluster for the block; yields the prefix that runs a command in its

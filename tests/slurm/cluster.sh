@@ -5,6 +5,8 @@
 #                                      under DIR, starts munged, mariadbd, slurmdbd, slurmctld and slurmd,
 #                                      and prints SLURM_CONF=DIR/slurm.conf and NETNS=<namespace>
 #   tests/slurm/cluster.sh stop DIR    stops the daemons started from DIR and removes the namespace
+#   tests/slurm/cluster.sh clean-stale    stops a cluster this script left behind (a test run that was killed:
+#                                      its client config in /etc/slurm stalls every SLURM query) and removes it
 # The SLURM daemons run in a network namespace of their own with only a loopback interface (slurmctld
 # binds to every address), so nothing listens beyond loopback;
 # SLURM's clients, and the snakemake that submits through them, run in it too
@@ -12,11 +14,31 @@
 # MariaDB listens on a socket only. Needs root (or sudo): slurmd must be root to start jobs.
 set -euo pipefail
 
-action=${1:?usage: cluster.sh start|stop DIR}
-dir=$(realpath -m "${2:?usage: cluster.sh start|stop DIR}")
+action=${1:?usage: cluster.sh start|stop DIR, or cluster.sh clean-stale}
 SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
 PACKAGES=(slurm-wlm slurmdbd munge mariadb-server iproute2)
-NETNS=qwen3-pilot-slurm
+# The client config SLURM's tools read by default (a job's srun among them); a test may point elsewhere.
+CLIENT_CONF=${QWEN3_PILOT_SLURM_CLIENT_CONF:-/etc/slurm/slurm.conf}
+MARKER="# tests/slurm/cluster.sh"
+
+# A cluster this script started and nothing stopped: its client config names its folder ("# state: DIR") and
+# the process that started it ("# owner: PID"); while that process lives, the cluster is in use (exit 3).
+if [ "$action" = clean-stale ]; then
+    grep -qs "^$MARKER" "$CLIENT_CONF" || exit 0
+    stale=$(sed -n 's/^# state: //p' "$CLIENT_CONF" | head -n 1)
+    owner=$(sed -n 's/^# owner: //p' "$CLIENT_CONF" | head -n 1)
+    if [ -n "$owner" ] && kill -0 "$owner" 2>/dev/null; then
+        echo "cluster.sh: the test cluster in $stale is in use by process $owner ($CLIENT_CONF)" >&2
+        exit 3
+    fi
+    echo "cluster.sh: removing a test cluster left behind${stale:+ from $stale} ($CLIENT_CONF)" >&2
+    [ -n "$stale" ] && "$0" stop "$stale"
+    grep -qs "^$MARKER" "$CLIENT_CONF" && $SUDO rm -f "$CLIENT_CONF"
+    exit 0
+fi
+dir=$(realpath -m "${2:?usage: cluster.sh start|stop DIR}")
+# One namespace per state folder: stopping one cluster never touches another's.
+NETNS=qwen3-pilot-slurm-$(printf %s "$dir" | md5sum | cut -c1-8)
 # nsenter switches the network namespace only: `ip netns exec` also remounts /sys, hiding the cgroup
 # file system that slurmd needs.
 in_netns() { $SUDO nsenter --net="/run/netns/$NETNS" "$@"; }
@@ -39,8 +61,8 @@ stop() {
     $SUDO ip netns delete "$NETNS" 2>/dev/null || true
     # Without its controller, a client configuration stalls every SLURM query, and with it every Snakemake
     # start (the SLURM plugin asks `scontrol show config` when it loads).
-    if grep -qs "^# tests/slurm/cluster.sh" /etc/slurm/slurm.conf; then
-        $SUDO rm -f /etc/slurm/slurm.conf
+    if grep -qs "^# state: $dir\$" "$CLIENT_CONF"; then
+        $SUDO rm -f "$CLIENT_CONF"
     fi
 }
 
@@ -70,6 +92,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+"$0" clean-stale
 stop
 rm -rf "$dir"
 mkdir -p "$dir"/{run,log,state,spool,mysql}
@@ -121,6 +144,8 @@ chmod 600 "$dir/slurmdbd.conf"
 
 cat >"$dir/slurm.conf" <<EOF
 # tests/slurm/cluster.sh: a one-node test cluster on loopback
+# state: $dir
+# owner: $PPID
 ClusterName=pilot
 SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
@@ -154,12 +179,12 @@ EOF
 export SLURM_CONF="$dir/slurm.conf"
 # SLURM's clients inside a job (the srun that the executor's job step runs) read the default path: the plugin
 # drops the job's inherited SLURM_* variables, SLURM_CONF among them. A real cluster's file is never replaced.
-if [ -e /etc/slurm/slurm.conf ] && ! grep -q "^# tests/slurm/cluster.sh" /etc/slurm/slurm.conf; then
-    echo "cluster.sh: /etc/slurm/slurm.conf exists and is not this script's; not replacing it" >&2
+if [ -e "$CLIENT_CONF" ] && ! grep -q "^$MARKER" "$CLIENT_CONF"; then
+    echo "cluster.sh: $CLIENT_CONF exists and is not this script's; not replacing it" >&2
     exit 1
 fi
-$SUDO mkdir -p /etc/slurm
-$SUDO cp "$SLURM_CONF" /etc/slurm/slurm.conf
+$SUDO mkdir -p "$(dirname "$CLIENT_CONF")"
+$SUDO cp "$SLURM_CONF" "$CLIENT_CONF"
 # slurmdbd finds the database socket through the client library's environment variable.
 # slurmdbd reads slurmdbd.conf from the folder of SLURM_CONF.
 in_netns env MYSQL_UNIX_PORT="$dir/run/mysql.sock" SLURM_CONF="$SLURM_CONF" slurmdbd
