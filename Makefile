@@ -8,7 +8,7 @@ ARGS ?=
 # The trn2 configuration the preflight checks (config/config.yaml with these files laid over it).
 TRN2_CONFIG ?= config/trn2.yaml
 
-.PHONY: report test test-fast mutations preflight verify signoff lint lock lock-check install-neuron lock-neuron titan-compat clean
+.PHONY: report test test-fast mutations preflight verify signoff lint lock lock-check install-neuron lock-neuron titan-compat unlock clean
 
 $(VENV)/.installed: envs/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ verify: $(VENV)/.installed
 export NAME DECISION NOTE
 signoff: $(VENV)/.installed
 	$(BIN)/python -m qwen3_pilot.audit signoff --name "$$NAME" --decision "$$DECISION" --note "$$NOTE"
+
+# After a Snakemake that was killed outright: its lock, cleared only when no process of this workflow is alive
+# (each one named otherwise).
+unlock: $(VENV)/.installed
+	$(BIN)/python -m qwen3_pilot.unlock $(ARGS)
 
 # envs/cpu.lock from envs/cpu.txt: every package pinned with the sha256 of each of its files on the index
 # (pip-tools; PyPI must be reachable). Pins already in the lock stay unless envs/cpu.txt moves them; delete the

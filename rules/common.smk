@@ -19,6 +19,7 @@ from qwen3_pilot.neuron_stack import STACK_FILE, fork_head_files, fork_pins, rea
 from qwen3_pilot.pins import installed_version, read_pins
 from qwen3_pilot.report import STAGES, UPSTREAM, skipped_stages
 from qwen3_pilot.summary import now_iso
+from qwen3_pilot.unlock import stale_lock_note
 
 validate(config, schema="../workflow/schemas/config.schema.yaml")
 resolve_config(config)
@@ -26,6 +27,14 @@ resolve_config(config)
 BACKEND = config["backend"]
 # When this invocation began: the failed-run report tells this run's results from earlier runs' by it.
 RUN_STARTED = now_iso()
+# A Snakemake killed outright leaves its lock, and this command would stop on it: say which command clears it.
+# (Not inside a cluster job: the main Snakemake holding the lock runs on another host.)
+if (
+    workflow.is_main_process
+    and "--unlock" not in sys.argv
+    and (STALE_LOCK := stale_lock_note(Path(workflow.basedir)))
+):
+    print(STALE_LOCK, file=sys.stderr)
 PINS_FILE = f"envs/{BACKEND}.txt"
 PINS = read_pins(Path(workflow.basedir) / PINS_FILE)
 if BACKEND == "neuron":

@@ -8,13 +8,15 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import SNAKEMAKE, output, run_snakemake
+from conftest import SNAKEMAKE, output, run_snakemake, venv_env
 
 from qwen3_pilot.training import relaunch
+from qwen3_pilot.unlock import workflow_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torchrun]
 
@@ -254,6 +256,23 @@ def test_a_killed_interrupted_or_failed_training_stage_then_the_plain_command_co
     assert snakemake.returncode != 0
     assert "torchrun was killed by signal 9" in stdout, stdout[-3000:]
     assert "torchrun was killed by signal 9" in log.read_text()
+
+    # Snakemake itself killed outright (a closed terminal, the OOM killer): the stage, torchrun and the ranks end
+    # with it; the next command stops on the lock it left, naming the one command that clears it.
+    snakemake = start_training(copy_of_run, run_dir)
+    wait_for_steps(snakemake, run_dir, 1)
+    assert trainer_processes(copy_of_run), "no rank found while training"
+    os.kill(snakemake.pid, signal.SIGKILL)
+    snakemake.communicate(timeout=60)  # returns once every process holding its output has ended
+    deadline = time.monotonic() + 5  # the bound: nothing of the run alive 5 s after the kill
+    while workflow_processes(copy_of_run) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workflow_processes(copy_of_run) == [], "processes outlived the killed Snakemake by 5 s"
+    locked = run_snakemake(copy_of_run, "--cores", "1", "results/train_native/summary.json")
+    assert locked.returncode != 0 and "run `make unlock`" in output(locked), output(locked)[-3000:]
+    unlocked = subprocess.run([sys.executable, "-m", "qwen3_pilot.unlock"], cwd=copy_of_run, capture_output=True,
+                              text=True, timeout=120, env=venv_env())
+    assert unlocked.returncode == 0, unlocked.stderr[-3000:]
 
     snakemake = start_training(copy_of_run, run_dir)
     wait_for_steps(snakemake, run_dir, 1)

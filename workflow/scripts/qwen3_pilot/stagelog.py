@@ -19,6 +19,7 @@ from typing import NoReturn
 from .artifacts import check_custody
 from .backends import keep_compiler_caches_in_project
 from .config import CACHE_ROOT
+from .lifetime import die_with_parent
 from .summary import mark_stage_started, write_failure
 
 log = logging.getLogger("qwen3_pilot")
@@ -33,6 +34,10 @@ def stage_log(
     `end_process` (a stage script's own process), a stage that succeeded ends its process at once
     (`end_stage_process`)."""
     mark_stage_started()  # the summary's "started": when the stage's work begins, not when it is written
+    if end_process:
+        # A stage script's own process ends with the Snakemake that started it, however that ends (a SIGKILL
+        # included); torchrun ends with the stage and each rank with torchrun (lifetime).
+        die_with_parent()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     keep_compiler_caches_in_project(str(Path(CACHE_ROOT).resolve()))

@@ -1,0 +1,72 @@
+"""make unlock (qwen3_pilot.unlock): a killed Snakemake's lock is cleared only when no process of the workflow is
+alive in its folder, each live one named otherwise; the Snakefile names the command when it finds such a lock."""
+
+from __future__ import annotations
+
+import os
+
+from conftest import output, run_snakemake
+
+from qwen3_pilot import unlock
+
+
+def fake_proc(tmp_path, processes):
+    """A /proc with (pid, cwd, command line) per process."""
+    proc = tmp_path / "proc"
+    for pid, cwd, command in processes:
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cwd").symlink_to(cwd)
+        (proc / str(pid) / "cmdline").write_bytes(b"\0".join(part.encode() for part in command.split()) + b"\0")
+    (proc / "self").mkdir()
+    return proc
+
+
+def test_only_this_workflows_processes_in_its_folder_are_found(tmp_path):
+    root, other = tmp_path / "ws", tmp_path / "elsewhere"
+    root.mkdir()
+    other.mkdir()
+    proc = fake_proc(tmp_path, [
+        (101, root, "/venv/bin/python3 /venv/bin/snakemake --cores all results/report.html"),
+        (102, root, "/venv/bin/python3 -m torch.distributed.run --standalone -m qwen3_pilot.in_ranks.train_entry"),
+        (103, root, "/venv/bin/python3 /ws/.snakemake/scripts/tmpab12.train.py"),
+        (104, root, "vim README.md"),
+        (105, other, "/venv/bin/python3 /venv/bin/snakemake --cores 1"),
+    ])
+    assert [pid for pid, _ in unlock.workflow_processes(root, proc)] == [101, 102, 103]
+
+
+def test_a_lock_with_nothing_alive_is_named_stale_and_unlock_refuses_while_something_lives(tmp_path, monkeypatch,
+                                                                                         capsys):
+    monkeypatch.chdir(tmp_path)
+    assert unlock.stale_lock_note(tmp_path) is None  # no lock
+    (tmp_path / ".snakemake" / "locks").mkdir(parents=True)
+    (tmp_path / ".snakemake" / "locks" / "0.input.lock").write_text("")
+    monkeypatch.setattr(unlock, "workflow_processes", lambda root: [(4242, "python snakemake --cores all")])
+    assert unlock.stale_lock_note(tmp_path) is None  # held by a live Snakemake
+    assert unlock.main([]) == 1
+    assert "4242: python snakemake --cores all" in capsys.readouterr().err
+    monkeypatch.setattr(unlock, "workflow_processes", lambda root: [])
+    assert "run `make unlock`" in unlock.stale_lock_note(tmp_path)
+
+
+def test_the_snakefile_names_make_unlock_when_a_killed_run_left_its_lock(workspace):
+    ws = workspace()
+    (ws / ".snakemake" / "locks").mkdir(parents=True)
+    (ws / ".snakemake" / "locks" / "0.input.lock").write_text(f"{ws}/results/report.html\n")
+    result = run_snakemake(ws, "-n", "results/report.html")
+    assert "holds the lock of a Snakemake that is no longer running (killed?): run `make unlock`" in output(result)
+    assert os.path.exists(ws / ".snakemake" / "locks" / "0.input.lock")
+
+
+def test_a_stage_process_asks_to_end_with_its_parent(tmp_path, monkeypatch):
+    from qwen3_pilot import stagelog
+
+    asked = []
+    monkeypatch.setattr(stagelog, "die_with_parent", lambda: asked.append(True) or True)
+    monkeypatch.setattr(stagelog, "end_stage_process", lambda: None)
+    with stagelog.stage_log(tmp_path / "logs" / "x" / "x.log", end_process=True):
+        pass
+    assert asked == [True]
+    with stagelog.stage_log(tmp_path / "logs" / "x" / "y.log"):  # in-process use (tests, tools): not asked
+        pass
+    assert asked == [True]
