@@ -47,15 +47,35 @@ def make_workspace(root: Path, overlay: dict | None = None) -> Path:
     return root
 
 
-def venv_env() -> dict[str, str]:
-    """This environment with the venv's bin first on PATH, so that Snakemake and its jobs find its tools."""
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+def venv_env(**added: str) -> dict[str, str]:
+    """This environment with the venv's bin first on PATH, so that Snakemake and its jobs find its tools, and
+    `added` over it."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **added}
 
 
-def run_snakemake(workspace: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
+# Secrets as a user's environment holds them (dummy values): the shared run and test_secrets.py's archive run with
+# them set, and test_secrets.py finds none in any file they wrote.
+DUMMY_SECRETS = {
+    "HF_TOKEN": "hf_pilotDummyTokenNeverWritten0123456789",
+    "AWS_ACCESS_KEY_ID": "AKIAPILOTDUMMY0NEVER0",
+    "AWS_SECRET_ACCESS_KEY": "pilotDummySecretAccessKeyNeverWritten/0123",
+}
+
+
+def set_archive(ws: Path, **settings) -> None:
+    """config/test.yaml (the run's overlay) with the archive settings added."""
+    path = ws / "config" / "test.yaml"
+    overlay = yaml.safe_load(path.read_text()) or {}
+    overlay["archive"] = settings
+    path.write_text(yaml.safe_dump(overlay))
+
+
+def run_snakemake(workspace: Path, *args: str, timeout: float = 1500,
+                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     extra = ["--configfile", "config/test.yaml"] if (workspace / "config" / "test.yaml").exists() else []
     return subprocess.run(
-        [SNAKEMAKE, *args, *extra], cwd=workspace, capture_output=True, text=True, timeout=timeout, env=venv_env()
+        [SNAKEMAKE, *args, *extra], cwd=workspace, capture_output=True, text=True, timeout=timeout,
+        env=env or venv_env()
     )
 
 
@@ -209,9 +229,10 @@ def slurm_cluster(state: Path):
         subprocess.run([str(SLURM_CLUSTER), "stop", str(state)], capture_output=True, timeout=120, env=cluster_env)
 
 
-def in_cluster(prefix: list[str], *command: str, cwd: Path | None = None, timeout: float = 60):
+def in_cluster(prefix: list[str], *command: str, cwd: Path | None = None, timeout: float = 60,
+               env: dict[str, str] | None = None):
     return subprocess.run([*prefix, *command], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=venv_env())
+                          env=env or venv_env())
 
 
 @dataclass
@@ -238,7 +259,8 @@ def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
         # 10 s while nothing finished, and here each job is seconds long.
         result = in_cluster(prefix, sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
                             "results/report.html", "--configfile", "config/test.yaml", *FIRST,
-                            "--slurm-init-seconds-before-status-checks", "1", cwd=ws, timeout=1500)
+                            "--slurm-init-seconds-before-status-checks", "1", cwd=ws, timeout=1500,
+                            env=venv_env(**DUMMY_SECRETS))
         assert result.returncode == 0, output(result)[-8000:]
         run_id = re.search(r"SLURM run ID: (\S+)", output(result)).group(1)
         # The plugin names every job of a run by the run's id.
@@ -258,7 +280,7 @@ def make_pipeline_run(root: Path) -> PipelineRun:
         return run_under_slurm(ws, root / "slurm")
     if os.environ.get("REQUIRE_SLURM"):
         pytest.fail(f"REQUIRE_SLURM is set: {reason}")
-    result = run_snakemake(ws, "--cores", "2", "results/report.html", *FIRST)
+    result = run_snakemake(ws, "--cores", "2", "results/report.html", *FIRST, env=venv_env(**DUMMY_SECRETS))
     assert result.returncode == 0, output(result)[-6000:]
     return PipelineRun(ws)
 

@@ -9,8 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import output, run_snakemake
+from conftest import output, run_snakemake, set_archive
 
 from qwen3_pilot import archive
 from qwen3_pilot.archive import MANIFEST, ArchiveError
@@ -489,14 +488,6 @@ def test_snakemake_archive_without_destination_stops_before_any_job(workspace):
     result = run_snakemake(ws, "-n", "--cores", "1", "archive")
     assert result.returncode != 0
     assert "archive.destination = null: `snakemake archive` needs a destination" in output(result)
-
-
-def set_archive(ws: Path, **settings) -> None:
-    """config/test.yaml (the run's overlay) with the archive settings added."""
-    path = ws / "config" / "test.yaml"
-    overlay = yaml.safe_load(path.read_text()) or {}
-    overlay["archive"] = settings
-    path.write_text(yaml.safe_dump(overlay))
 
 
 def archived_run(ws: Path) -> dict:
