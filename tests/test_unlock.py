@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from conftest import output, run_snakemake
 
 from qwen3_pilot import unlock
@@ -70,3 +71,32 @@ def test_a_stage_process_asks_to_end_with_its_parent(tmp_path, monkeypatch):
     with stagelog.stage_log(tmp_path / "logs" / "x" / "y.log"):  # in-process use (tests, tools): not asked
         pass
     assert asked == [True]
+
+
+def test_a_run_in_progress_is_named_but_the_snakemake_a_command_runs_under_is_not(monkeypatch, tmp_path):
+    parent = os.getppid()
+    assert parent in unlock.ancestors()
+    monkeypatch.setattr(unlock, "workflow_processes", lambda root: [
+        (parent, "python snakemake --cores 1 archive"), (99999, "python snakemake --cores all results/report.html")])
+    assert unlock.other_runs(tmp_path) == [(99999, "python snakemake --cores all results/report.html")]
+    message = unlock.refuse_while_running(tmp_path, "verify")
+    assert message.startswith(f"verify: a run of this workflow is in progress in {tmp_path}")
+    assert "99999: python snakemake --cores all results/report.html" in message
+    monkeypatch.setattr(unlock, "workflow_processes", lambda root: [(parent, "python snakemake archive")])
+    assert unlock.refuse_while_running(tmp_path, "verify") is None
+
+
+def test_verify_signoff_and_the_archive_refuse_while_a_run_rewrites_the_report(monkeypatch, tmp_path, capsys):
+    from qwen3_pilot import audit
+    from qwen3_pilot.archive import ArchiveError
+    from qwen3_pilot.stages.archive import run_copy
+
+    monkeypatch.setattr(unlock, "workflow_processes", lambda root: [(99999, "python snakemake --cores all")])
+    report = tmp_path / "results" / "report.json"
+    assert audit.main(["--report", str(report), "verify"]) == 3
+    assert audit.main(["--report", str(report), "signoff", "--name", "A", "--decision", "approve"]) == 3
+    assert capsys.readouterr().err.count("a run of this workflow is in progress") == 2
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ArchiveError, match="the archive: a run of this workflow is in progress"):
+        run_copy(settings={}, report_json=report, record_path=tmp_path / "results" / "archive" / "copied.json")
+    assert not (tmp_path / "results" / "archive").exists()  # nothing started

@@ -233,6 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     sign.add_argument("--decision", required=True)
     sign.add_argument("--note", default="")
     args = parser.parse_args(argv)
+    # Never read or sign a report while a run in its folder may be rewriting it.
+    from .unlock import refuse_while_running
+
+    busy = refuse_while_running(args.report.resolve().parent.parent, args.command)
+    if busy:
+        print(busy, file=sys.stderr)
+        return 3
     if args.command == "verify":
         lines, ok = verify(args.report, args.signoffs)
         print("\n".join(lines))

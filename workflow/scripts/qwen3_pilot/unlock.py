@@ -36,6 +36,36 @@ def workflow_processes(root: Path, proc: Path = Path("/proc")) -> list[tuple[int
     return sorted(found)
 
 
+def ancestors(proc: Path = Path("/proc")) -> set[int]:
+    """This process's parent, its parent, and so on up to init."""
+    found, pid = set(), os.getpid()
+    while pid > 1:
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; the name may hold spaces
+        found.add(pid)
+    return found
+
+
+def other_runs(root: Path) -> list[tuple[int, str]]:
+    """The workflow's processes in `root` other than the ones this process runs under: a run in progress that
+    a command reading its results (verify, sign-off, the archive) must not race."""
+    mine = ancestors()
+    return [(pid, command) for pid, command in workflow_processes(root) if pid not in mine]
+
+
+def refuse_while_running(root: Path, what: str) -> str | None:
+    """Why `what` cannot run now in `root` (a run is rewriting its results), naming each process; None when
+    nothing else of the workflow runs there."""
+    running = other_runs(root)
+    if not running:
+        return None
+    return (f"{what}: a run of this workflow is in progress in {root}; run it again when that has ended:\n"
+            + "\n".join(f"  {pid}: {command[:200]}" for pid, command in running))
+
+
 def locks(root: Path) -> list[Path]:
     folder = Path(root) / ".snakemake" / "locks"
     return sorted(folder.iterdir()) if folder.is_dir() else []

@@ -14,10 +14,15 @@ STAGE = "archive"
 def run_copy(*, settings: dict[str, Any], report_json: Path, record_path: Path) -> dict[str, Any]:
     """Checks report.json's artifacts against their recorded digests, copies the selection, and writes the copy
     record (what went where, with each file's sha256 at the source) for the read-back."""
-    from ..archive import copy_run
+    from ..archive import ArchiveError, copy_run
     from ..artifacts import write_recorded_json
     from ..summary import record_measured
+    from ..unlock import refuse_while_running
 
+    # A pipeline run in this folder (not the Snakemake this job runs under) may be rewriting what would be copied.
+    busy = refuse_while_running(Path.cwd(), "the archive")
+    if busy:
+        raise ArchiveError(busy)
     record_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".scratch-", dir=record_path.parent) as scratch:
         record = copy_run(settings, report_json, Path(scratch))
