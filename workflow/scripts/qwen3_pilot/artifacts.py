@@ -70,9 +70,11 @@ def write_text(path: Path, text: str) -> None:
             handle.write(text)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is meant to be read by others
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(error, OSError) and error.filename is None:  # a full disk names no file: say which
+            raise OSError(error.errno, f"writing {path}: {error.strerror}") from error
         raise
 
 
