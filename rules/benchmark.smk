@@ -19,7 +19,7 @@ rule benchmark:
         **get_instance_resources(),
     params:
         backend=get_backend_config(),
-        training=config["training"],
+        training=get_benchmark_training(),
         moe=config["moe"],
         kernels=get_benchmark_kernel_rules(),
         settings=config["benchmark"],

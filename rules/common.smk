@@ -11,9 +11,11 @@ from qwen3_pilot.archive import pilot_config
 from qwen3_pilot.backends import BACKEND_CONFIG_KEYS
 from qwen3_pilot.config import (
     CACHE_ROOT,
+    GATED_STAGES,
     resolve_config,
     config_digest,
     stage_kernel_rules,
+    stage_training,
 )
 from qwen3_pilot.neuron_stack import STACK_FILE, fork_head_files, fork_pins, read_stack
 from qwen3_pilot.pins import installed_version, read_pins
@@ -181,6 +183,17 @@ TRAIN_PACKAGES = {
 
 def get_train_inputs(wildcards):
     return train_inputs(*TRAIN_PACKAGES[wildcards.recipe])
+
+
+def get_training(wildcards):
+    """The training settings one training stage's runs read (its recipe's own, and its gate's thresholds)."""
+    return stage_training(
+        config, wildcards.recipe, gate=wildcards.recipe in GATED_STAGES
+    )
+
+
+def get_benchmark_training():
+    return stage_training(config, *config["benchmark"]["recipes"])
 
 
 def get_recipe_kernel_rules(wildcards):

@@ -29,7 +29,7 @@ rule train:
         **get_instance_resources(),
     params:
         backend=get_backend_config(),
-        training=config["training"],
+        training=get_training,
         kernels=get_recipe_kernel_rules,
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
@@ -116,7 +116,7 @@ rule moe_reduced:
         **get_instance_resources(),
     params:
         backend=get_backend_config(),
-        training=config["training"],
+        training=stage_training(config, "moe_reduced"),
         moe=config["moe"],
         kernels=get_kernel_rules("moe_reduced"),
         dataset=config["data"]["dataset"],

@@ -117,3 +117,18 @@ def test_only_a_commit_hash_counts_as_pinned():
     assert is_pinned_revision("0123456789abcdef0123456789abcdef01234567")
     assert not is_pinned_revision("main")
     assert not is_pinned_revision("v1.0")
+
+
+def test_each_training_rule_gets_only_the_training_settings_its_runs_read():
+    from qwen3_pilot.config import TRAINER_KEYS, stage_training
+
+    config = default_config({"training": {"accepted_differences": {"native": {"rope_theta": "why"}}}})
+    hf = stage_training(config, "train_hf", gate=True)
+    assert set(hf) == {*TRAINER_KEYS, "accepted_differences", "gate"}  # no native_flavor
+    assert set(hf["accepted_differences"]) == {"hf"} and set(hf["gate"]["control_above_ln_vocab"]) == {"hf"}
+    native = stage_training(config, "train_native", gate=True)
+    assert native["native_flavor"] is None and set(native["accepted_differences"]) == {"native"}
+    assert "hf" not in native["gate"]["control_above_ln_vocab"]
+    assert set(stage_training(config, "moe_reduced")) == {*TRAINER_KEYS, "accepted_differences"}
+    bench = stage_training(config, "train_native", "moe_reduced")
+    assert set(bench["accepted_differences"]) == {"native"} and "gate" not in bench

@@ -135,6 +135,36 @@ def is_pinned_revision(revision: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{40}", revision) is not None
 
 
+# What every trainer run reads of config `training` (training.write_recipe).
+TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "seed", "lr", "warmup_steps",
+                "mixed_precision_param", "export_dtype", "attention")
+# The stages whose runs are judged by the loaded-weights gate (its thresholds are theirs only).
+GATED_STAGES = ("train_native", "train_hf")
+
+
+def recipe_key(stage: str) -> str:
+    """The recipe's name in per-recipe config keys: train_native -> native, train_hf -> hf."""
+    return stage.removeprefix("train_")
+
+
+def stage_training(config: dict[str, Any], *stages: str, gate: bool = False) -> dict[str, Any]:
+    """The part of config `training` that the trainer runs of `stages` read, as a rule's params: every trainer's
+    keys, native_flavor only for the native recipe, each recipe's own accepted differences, and with `gate` the
+    loaded-weights gate with only these recipes' thresholds. A rule that took the whole section would rerun on
+    an edit to another recipe's reason or threshold."""
+    training = config["training"]
+    keys = {recipe_key(stage) for stage in stages}
+    part: dict[str, Any] = {key: training[key] for key in TRAINER_KEYS}
+    if "train_native" in stages:
+        part["native_flavor"] = training["native_flavor"]
+    part["accepted_differences"] = {k: v for k, v in training["accepted_differences"].items() if k in keys}
+    if gate:
+        thresholds = training["gate"]
+        part["gate"] = {**thresholds, "control_above_ln_vocab": {
+            k: v for k, v in thresholds["control_above_ln_vocab"].items() if k in keys}}
+    return part
+
+
 def stage_kernel_rules(config: dict[str, Any], stage: str) -> list[dict[str, str]]:
     """The kernel replacements a training stage builds its model with ({kernel, layers, module} each), from
     config `kernels`: the list under the stage's name, each kernel's rule from `kernels.rules`."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from .artifacts import write_json
 from .backends import Backend
+from .config import recipe_key
 from .launch import Launch, failure_cause, how_it_ended, run_torchrun, stop_orphans
 from .summary import record_measured
 
@@ -44,11 +45,6 @@ class TrainingError(RuntimeError):
     pass
 
 
-def recipe_key(stage: str) -> str:
-    """The recipe's name in per-recipe config keys: train_native -> native, train_hf -> hf."""
-    return stage.removeprefix("train_")
-
-
 def write_recipe(
     path: Path, *, stage: str, backend: Backend, checkpoint: Path, corpus_dir: Path, dataset: str,
     training: dict[str, Any], peak_flops_per_rank: float, parity_path: Path,
@@ -71,7 +67,7 @@ def write_recipe(
         "warmup_steps": training["warmup_steps"],
         "mixed_precision_param": training["mixed_precision_param"],
         "export_dtype": training["export_dtype"],
-        "native_flavor": training["native_flavor"],
+        "native_flavor": training.get("native_flavor"),  # the native recipe's only (config.stage_training)
         "attention": training["attention"],
         "accepted_differences": training["accepted_differences"].get(recipe_key(stage), {}),
         "peak_flops_per_rank": peak_flops_per_rank,

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..config import recipe_key
 from ..launch import Launch
 from ..parity import read_checkpoint_values
 from ..summary import record_measured
@@ -21,7 +22,6 @@ from ..training import (
     launch_and_read,
     loaded_weights_gate,
     ranks_peak_flops,
-    recipe_key,
     replaced_against_plain,
     replacement_proves,
     usable_backend,
