@@ -2,7 +2,7 @@
 torchtitan before a trainer starts.
 
 A version string says nothing about the API: the aws-neuron torchtitan fork reports "0.2.2+neuron.1"
-(envs/neuron.txt), and upstream has reported "0.2.2" from 2026-02-20 (73a0e6979, #2412), three days before
+(envs/neuron-sdk.toml), and upstream has reported "0.2.2" from 2026-02-20 (73a0e6979, #2412), three days before
 its config refactor, through at least 2026-08-21, while fields the recipes set arrived in between. So the
 check looks for each name itself.
 
@@ -13,7 +13,11 @@ upstream commit at which the entry holds (its module path exists, the name is in
 field, parameter and attribute), checked at that commit and at its parent. A name upstream later dropped
 says until when. The dates come from upstream's history up to 2026-08-21 (b5bcd76c6); a commit's author
 and commit dates agree for every commit named here. A new entry without a `since` gets IN_0_3_0, which the
-tests refuse.
+tests refuse. `users` says which recipes (by config function) and stage modules need the entry: a trainer
+checks only its own recipe's entries. A name upstream moved between modules gets its other `homes`, with when
+upstream had it there; the code imports it with `import_home`. A torchtitan from before the config refactor is
+refused before any entry is looked at (`config_api_problem`). docs/torchtitan-compat.md has which torchtitans
+run which recipe (`make titan-compat`).
 """
 
 from __future__ import annotations
