@@ -37,6 +37,11 @@ def test_report_holds_every_built_stage_as_pass(completed_run):
     fixture = stages["fixture_checkpoint"]["figures"]
     assert fixture["final_loss"] < fixture["init_loss"] - 1.0
     assert (completed_run / "results" / "report.html").stat().st_size > 1000
+    # The first table: every built stage with a deciding figure, none falling back to "see details".
+    html = (completed_run / "results" / "report.html").read_text()
+    decision = html[html.index('<table class="decision">'):html.index("</table>", html.index('class="decision"'))]
+    assert decision.count("<tr>") == 1 + len(stages) and "see details" not in decision
+    assert "gap " in decision and "nats, needs &gt;= 1" in decision and "tokens/s per rank" in decision
 
 
 @pytest.mark.parametrize("stage", ["train_native", "train_hf"])

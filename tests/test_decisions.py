@@ -1,0 +1,39 @@
+"""The report's first table (qwen3_pilot.decisions): each stage's deciding figure in words, with units and its
+threshold, at digits that fit the figure; a failed stage's reason where its figure is missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from qwen3_pilot.decisions import deciding_figure, duration, number
+
+CONFIG = {"kernels": {"loss_tolerance": 0.0001}}
+
+
+@pytest.mark.parametrize("value, digits, text", [
+    (0.0, 3, "0"), (2.5506515502929688, 3, "2.55"), (7.643583297729492, 4, "7.644"), (3216.2119206432935, 3, "3,216"),
+    (1e-06, 3, "1e-06"), (0.0001, 3, "0.0001"), (1906330624.0, 3, "1.91e+09"), (100.0, 3, "100"),
+])
+def test_numbers_get_the_digits_that_fit_them(value, digits, text):
+    assert number(value, digits) == text
+
+
+def test_a_training_stage_is_decided_by_its_gate_against_the_threshold():
+    stage = {"stage": "train_native", "figures": {"gate": {
+        "step1_loss_loaded": 5.092931747436523, "step1_loss_random_init": 7.643583297729492,
+        "gap": 2.5506515502929688, "min_gap": 1.0}}}
+    assert deciding_figure(stage, CONFIG) == "step-1 loss 5.093 vs random-init 7.644: gap 2.55 nats, needs >= 1"
+
+
+def test_a_failed_stage_without_its_figure_shows_its_reason_and_an_unknown_one_points_to_details():
+    failed = {"stage": "train_hf", "figures": {"reason": "torchrun was killed by signal 9"}}
+    assert deciding_figure(failed, CONFIG) == "torchrun was killed by signal 9"
+    assert deciding_figure({"stage": "archive", "figures": {}}, CONFIG) == "see details"
+    assert deciding_figure({"stage": "benchmark", "status": "not_run"}, CONFIG) == "see details"
+
+
+def test_durations_come_from_the_recorded_start_and_end():
+    assert duration({"started": "2026-12-04T18:11:05.333+00:00", "ended": "2026-12-04T18:12:30.632+00:00"}) == \
+        "1 min 25 s"
+    assert duration({"started": "2026-12-04T18:10:13.733+00:00", "ended": "2026-12-04T18:10:13.950+00:00"}) == "0.22 s"
+    assert duration({"status": "not_run"}) == ""
