@@ -37,3 +37,14 @@ def test_durations_come_from_the_recorded_start_and_end():
         "1 min 25 s"
     assert duration({"started": "2026-12-04T18:10:13.733+00:00", "ended": "2026-12-04T18:10:13.950+00:00"}) == "0.22 s"
     assert duration({"status": "not_run"}) == ""
+
+
+def test_a_preflight_check_shows_its_figure_or_the_first_line_of_its_error():
+    from qwen3_pilot.decisions import preflight_figure
+
+    plan = {"status": "pass", "figures": {"world_size": 64, "static_gib_per_rank": 0.93652, "hbm_per_rank_gib": 24}}
+    assert preflight_figure("fsdp_plan", plan) == ("64-rank FSDP plan: 0.937 GiB per rank (parameters, gradients, "
+                                                   "AdamW state), budget 24 GiB")
+    failed = {"status": "fail", "error": "PreflightError: the 4B FSDP plan needs 30 GiB per rank\nmore"}
+    assert preflight_figure("fsdp_plan", failed) == "PreflightError: the 4B FSDP plan needs 30 GiB per rank"
+    assert preflight_figure("fsdp_plan", {"status": "pass", "figures": {}}) == "see details"

@@ -35,6 +35,11 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert native["kernel_replacements"] == {"rope_hf": 36}
     # The base the recipe took: the fork's Qwen3 recipe on a trn2 where it has one; upstream's here (no fork).
     assert native["base"] == "torchtitan.models.qwen3.config_registry:qwen3_32b"
+    # The page opens with one row per check and its deciding figure.
+    html = (tmp_path / "preflight" / "preflight.html").read_text()
+    decision = html[html.index('<table class="decision">'):html.index("</table>", html.index('class="decision"'))]
+    assert decision.count("<tr>") == 1 + len(report["checks"]) and "see details" not in decision
+    assert "36 rope_hf replacements in the planned launch" in decision
     parity = {row["field"]: (row["built"], row["checkpoint"], row["verdict"]) for row in native["parity"]}
     assert parity["rope_theta"] == (5_000_000.0, 5_000_000.0, "match")
     moe = report["checks"]["moe_reduced"]["figures"]

@@ -127,6 +127,46 @@ def deciding_figure(stage: dict[str, Any], config: dict[str, Any]) -> str:
         return str(reason) if reason else "see details"
 
 
+# ---- the trn2 preflight's checks (preflight.html) ----
+
+
+def _parity(rows: list[dict[str, Any]]) -> str:
+    matched = sum(row["verdict"] == "match" for row in rows)
+    return f"{matched} of {len(rows)} config.json fields match" + (
+        f", {len(rows) - matched} accepted with a reason" if matched < len(rows) else "")
+
+
+PREFLIGHT: dict[str, Callable[[Any], str]] = {
+    "config": lambda f: f"{f['backend']} backend, {f['ranks']} ranks x {f['nodes']} node(s), LNC {f['neuron']['lnc']}",
+    "install_plan": lambda f: (
+        f"SDK {f['sdk_release']}: envs/neuron.txt pins the release's packages, not the fork; "
+        + ("versions as AWS's published list" if not f["published_list"].startswith("not found")
+           else "AWS's published list not found here, versions not compared")
+        + f"; fork {f['fork']}" + ("" if f["fork_pinned_to_a_commit"] else " (not pinned to a commit)")),
+    "torchtitan_api": lambda f: f"{f['version']}: every name present for each recipe ({f['entries_checked']} entries)",
+    "published_configs": lambda f: "the published config.json of both models found",
+    "train_native": lambda f: (f"{f['parameters']:,} parameters, {f['layers']} layers; "
+                               f"{f['kernel_replacements'].get('rope_hf', 0)} rope_hf replacements in the planned "
+                               f"launch; {_parity(f['parity'])}; starts from {f['base']}"),
+    "train_hf": lambda f: _parity(f["parity"]),
+    "moe_reduced": lambda f: (f"{f['parameters']:,} parameters; " + ", ".join(
+        f"{kernel} x {count}" for kernel, count in f["kernel_replacements"].items()) + " (1 per layer)"),
+    "launches": lambda f: f"{len(f)} launches printed with their commands and environments",
+    "fsdp_plan": lambda f: (f"{f['world_size']}-rank FSDP plan: {number(f['static_gib_per_rank'])} GiB per rank "
+                            f"(parameters, gradients, AdamW state), budget {number(f['hbm_per_rank_gib'])} GiB"),
+}
+
+
+def preflight_figure(name: str, check: dict[str, Any]) -> str:
+    """A preflight check's deciding figure; a failed check's error."""
+    if check.get("status") != "pass":
+        return str(check.get("error", "see details")).splitlines()[0]
+    try:
+        return PREFLIGHT[name](check["figures"])
+    except (KeyError, TypeError, AttributeError):
+        return "see details"
+
+
 def duration(stage: dict[str, Any]) -> str:
     """How long the stage's work took ("53 s", "1 min 25 s"), from its recorded start and end."""
     try:

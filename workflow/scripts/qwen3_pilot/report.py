@@ -288,9 +288,9 @@ def environment():
     # A figure that is a list of records (a parity table, per-step metrics) is shown as a table.
     env.tests["records"] = is_records
     env.globals["page_figures"] = page_figures
-    from .decisions import deciding_figure, duration
+    from .decisions import deciding_figure, duration, preflight_figure
 
-    env.globals["deciding_figure"], env.globals["duration"] = deciding_figure, duration
+    env.globals.update(deciding_figure=deciding_figure, duration=duration, preflight_figure=preflight_figure)
     return env
 
 
