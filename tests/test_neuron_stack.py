@@ -136,8 +136,9 @@ def test_the_checked_out_commit_is_read_from_the_clones_files(tmp_path):
 
 
 def test_the_fork_source_is_the_editable_installs_folder():
-    record = {"url": "file:///work/vendor/torchtitan-neuron", "dir_info": {"editable": True}}
-    assert editable_source("torchtitan", lambda d, n: json.dumps(record)) == Path("/work/vendor/torchtitan-neuron")
+    clone = PROJECT / "vendor" / "torchtitan-neuron"
+    record = {"url": clone.as_uri(), "dir_info": {"editable": True}}
+    assert editable_source("torchtitan", lambda d, n: json.dumps(record)) == clone
     assert editable_source("torchtitan", lambda d, n: json.dumps({**record, "dir_info": {}})) is None
     assert editable_source("torchtitan", lambda d, n: None) is None  # a wheel install (the cpu backend's)
 
