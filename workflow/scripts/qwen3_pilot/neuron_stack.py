@@ -32,7 +32,7 @@ LOCK_FILE = "envs/neuron.lock"
 # Where the install clones the fork (ignored by git): its editable install imports from here.
 FORK_CLONE = "vendor/torchtitan-neuron"
 COMMIT = re.compile(r"[0-9a-f]{40}")
-NOT_INSTALLED = "not installed"
+NOT_INSTALLED = "not installed"  # pins.NOT_INSTALLED, spelled here: this module imports only the stdlib
 OS_PACKAGE = "os package"
 
 
@@ -275,9 +275,10 @@ def fork_head_files(stack: NeuronStack) -> list[str]:
     return [str(head)] if head and head.is_file() else []
 
 
-def installed_fork_commit(stack: NeuronStack) -> str | None:
-    """The fork's commit as this interpreter imports it: its editable install's source folder's HEAD."""
-    source = editable_source(stack.fork.distribution)
+def installed_commit(distribution: str) -> str | None:
+    """The commit a distribution installed editable from a git clone imports from (its source folder's HEAD);
+    None for any other install."""
+    source = editable_source(distribution)
     return git_head(source) if source else None
 
 
@@ -309,6 +310,8 @@ def installed_record(stack: NeuronStack) -> dict[str, Any]:
     """stack_record for this interpreter and this machine (OS packages read as the neuron backend reads them)."""
     from .backends.neuron import read_system_versions
 
+    # Not pins.installed_version: pins imports `packaging`, and this runs as the install's last step, in a venv
+    # whose packages are whatever the install put there.
     def installed(name: str) -> str:
         try:
             return metadata.version(name)
@@ -316,7 +319,7 @@ def installed_record(stack: NeuronStack) -> dict[str, Any]:
             return NOT_INSTALLED
 
     system = {name: value for name, value in read_system_versions().items() if name in stack.system}
-    return stack_record(stack, installed, system, installed_fork_commit(stack))
+    return stack_record(stack, installed, system, installed_commit(stack.fork.distribution))
 
 
 def check_record(record: dict[str, Any]) -> None:

@@ -24,11 +24,10 @@ from ..pins import (
 def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
     """Checks one pin against the version installed now and writes its stamp; a mismatch writes nothing. A
     package installed editable from a git clone (the neuron backend's fork) records the clone's commit too."""
-    from ..neuron_stack import editable_source, git_head
+    from ..neuron_stack import installed_commit
 
     row = check_pin(Pin(package, pinned), installed_version(package))
-    source = editable_source(package)
-    commit = git_head(source) if source else None
+    commit = installed_commit(package)
     if commit:
         row["commit"] = commit
     from ..artifacts import write_recorded_json
