@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from conftest import SNAKEMAKE, output, run_snakemake, venv_env
@@ -184,19 +183,10 @@ def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(trained
 
 
 def trainer_processes(ws) -> list[int]:
-    """This workspace's torchrun ranks and launchers still running (by working folder and command line)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(proc / "cwd")
-        except OSError:
-            continue
-        if cwd == str(ws) and ("qwen3_pilot.in_ranks.train_entry" in cmdline or "torch.distributed.run" in cmdline):
-            pids.append(int(proc.name))
-    return pids
+    """This workspace's torchrun ranks and launchers still running (the workflow's processes, by working folder
+    and command line, that are a trainer's)."""
+    return [pid for pid, command in workflow_processes(ws)
+            if "qwen3_pilot.in_ranks.train_entry" in command or "torch.distributed.run" in command]
 
 
 def start_training(ws, run_dir) -> subprocess.Popen:
