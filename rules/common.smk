@@ -11,9 +11,10 @@ from qwen3_pilot.archive import pilot_config
 from qwen3_pilot.backends import BACKEND_CONFIG_KEYS
 from qwen3_pilot.config import (
     CACHE_ROOT,
-    GATED_STAGES,
+    JUDGED_STAGES,
     resolve_config,
     config_digest,
+    stage_judging,
     stage_kernel_rules,
     stage_training,
 )
@@ -182,14 +183,17 @@ TRAIN_PACKAGES = {
 
 
 def get_train_inputs(wildcards):
-    return train_inputs(*TRAIN_PACKAGES[wildcards.recipe])
+    return train_inputs(*TRAIN_PACKAGES[wildcards.stage])
 
 
 def get_training(wildcards):
-    """The training settings one training stage's runs read (its recipe's own, and its gate's thresholds)."""
-    return stage_training(
-        config, wildcards.recipe, gate=wildcards.recipe in GATED_STAGES
-    )
+    """The training settings one training stage's runs read (its recipe's own, no threshold)."""
+    return stage_training(config, wildcards.stage)
+
+
+def get_judging(wildcards):
+    """The thresholds, tolerance and reasons one training stage is judged by (judge_training's params)."""
+    return stage_judging(config, wildcards.stage)
 
 
 def get_benchmark_training():
@@ -197,7 +201,7 @@ def get_benchmark_training():
 
 
 def get_recipe_kernel_rules(wildcards):
-    return get_kernel_rules(wildcards.recipe)
+    return get_kernel_rules(wildcards.stage)
 
 
 def get_benchmark_inputs():
@@ -220,15 +224,9 @@ def get_benchmark_kernel_rules():
 
 
 def get_kernel_rules(stage):
-    """One training stage's kernel replacements and the loss tolerance against the same run without them;
-    only that stage's part of config `kernels`, and nothing when it has none (a tolerance change then
-    reruns only the stages that use it)."""
-    rules = stage_kernel_rules(config, stage)
-    return (
-        {"rules": rules, "loss_tolerance": config["kernels"]["loss_tolerance"]}
-        if rules
-        else {"rules": []}
-    )
+    """One training stage's kernel replacements: only that stage's part of config `kernels` (its loss
+    tolerance is the judge's, get_judging)."""
+    return {"rules": stage_kernel_rules(config, stage)}
 
 
 def record_invocation_plan():

@@ -1,27 +1,28 @@
 # Training and what is checked on it: train_hf and train_native (torchtitan's trainer on both 4B recipes,
 # from the fetched weights, each with a random-init control on the same batch), compare_recipes,
-# export_reload, kernel_numerics and moe_reduced.
+# export_reload, kernel_numerics and moe_reduced. A training stage measures (measured.json) and rule
+# judge_training judges (summary.json): a threshold edit re-judges without training again.
 
 
-# One rule for both 4B recipes: {recipe} is train_hf or train_native. The pins each recipe depends on
-# (TRAIN_PACKAGES) and its kernel replacements (config kernels.<recipe>) are per recipe, so a bump or a
+# One rule for both 4B recipes: {stage} is train_hf or train_native. The pins each recipe depends on
+# (TRAIN_PACKAGES) and its kernel replacements (config kernels.<stage>) are per recipe, so a bump or a
 # kernel change reruns only the recipe that uses it. `plain` holds the run without kernel replacements, and
 # stays empty when the recipe has none.
 rule train:
     input:
         unpack(get_train_inputs),
     output:
-        run=directory("results/{recipe}/run"),
-        control=directory("results/{recipe}/control"),
-        plain=directory("results/{recipe}/plain"),
-        recipe="results/{recipe}/recipe.json",
-        summary="results/{recipe}/summary.json",
+        run=directory("results/{stage}/run"),
+        control=directory("results/{stage}/control"),
+        plain=directory("results/{stage}/plain"),
+        recipe="results/{stage}/recipe.json",
+        measured="results/{stage}/measured.json",
     log:
-        "logs/{recipe}/{recipe}.log",
+        "logs/{stage}/{stage}.log",
     benchmark:
-        "benchmarks/{recipe}.tsv"
+        "benchmarks/{stage}.tsv"
     wildcard_constraints:
-        recipe="|".join(TRAIN_PACKAGES),
+        stage="|".join(TRAIN_PACKAGES),
     conda:
         SOFTWARE_ENV
     threads: ALL_CORES
@@ -34,9 +35,33 @@ rule train:
         dataset=config["data"]["dataset"],
         cache_root=CACHE_ROOT,
     message:
-        get_launch_message("{wildcards.recipe}", "qwen3_pilot.in_ranks.train_entry")
+        get_launch_message("{wildcards.stage}", "qwen3_pilot.in_ranks.train_entry")
     script:
         "../workflow/scripts/train.py"
+
+
+# A training stage's measured figures held to the thresholds it is judged by (config.stage_judging: the
+# loaded-weights gate, accepted differences' reasons, kernels.loss_tolerance), into its summary.json. A
+# second's work on the records: it runs where Snakemake runs, never as a cluster job.
+localrules:
+    judge_training,
+
+
+rule judge_training:
+    input:
+        measured="results/{stage}/measured.json",
+    output:
+        summary="results/{stage}/summary.json",
+    log:
+        "logs/{stage}/judge_training.log",
+    wildcard_constraints:
+        stage="|".join(JUDGED_STAGES),
+    conda:
+        SOFTWARE_ENV
+    params:
+        judging=get_judging,
+    script:
+        "../workflow/scripts/judge_training.py"
 
 
 # Same weights, same first batch: the two recipes must agree on the step-1 loss.
@@ -72,8 +97,9 @@ rule export_reload:
         weights="results/fetch_weights/summary.json",
         hf="results/train_hf/run",
         native="results/train_native/run",
-        hf_summary="results/train_hf/summary.json",
-        native_summary="results/train_native/summary.json",
+        # The runs as measured, export folders included: a re-judged run is the same export.
+        hf_measured="results/train_hf/measured.json",
+        native_measured="results/train_native/measured.json",
     output:
         hf=directory("results/export_reload/hf"),
         native=directory("results/export_reload/native"),
@@ -88,7 +114,6 @@ rule export_reload:
         **get_instance_resources(nodes=1),
     params:
         settings=config["export_reload"],
-        steps=config["training"]["steps"],
         seed=config["training"]["seed"],
         backend=BACKEND,
     script:
@@ -104,7 +129,7 @@ rule moe_reduced:
         run=directory("results/moe_reduced/run"),
         plain=directory("results/moe_reduced/plain"),
         recipe="results/moe_reduced/recipe.json",
-        summary="results/moe_reduced/summary.json",
+        measured="results/moe_reduced/measured.json",
     log:
         "logs/moe_reduced/moe_reduced.log",
     benchmark:

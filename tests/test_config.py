@@ -120,15 +120,21 @@ def test_only_a_commit_hash_counts_as_pinned():
 
 
 def test_each_training_rule_gets_only_the_training_settings_its_runs_read():
-    from qwen3_pilot.config import TRAINER_KEYS, stage_training
+    """Measuring params (stage_training) hold no threshold and no reason, only what the trainer reads; the judge's
+    (stage_judging) hold only that stage's thresholds."""
+    from qwen3_pilot.config import TRAINER_KEYS, stage_judging, stage_training
 
     config = default_config({"training": {"accepted_differences": {"native": {"rope_theta": "why"}}}})
-    hf = stage_training(config, "train_hf", gate=True)
-    assert set(hf) == {*TRAINER_KEYS, "accepted_differences", "gate"}  # no native_flavor
-    assert set(hf["accepted_differences"]) == {"hf"} and set(hf["gate"]["control_above_ln_vocab"]) == {"hf"}
-    native = stage_training(config, "train_native", gate=True)
-    assert native["native_flavor"] is None and set(native["accepted_differences"]) == {"native"}
-    assert "hf" not in native["gate"]["control_above_ln_vocab"]
+    hf = stage_training(config, "train_hf")
+    assert set(hf) == {*TRAINER_KEYS, "accepted_differences"}  # no native_flavor, no gate
+    assert hf["accepted_differences"] == {"hf": ["max_position_embeddings"]}  # the field, not its reason
+    native = stage_training(config, "train_native")
+    assert native["native_flavor"] is None and native["accepted_differences"] == {"native": ["rope_theta"]}
     assert set(stage_training(config, "moe_reduced")) == {*TRAINER_KEYS, "accepted_differences"}
     bench = stage_training(config, "train_native", "moe_reduced")
-    assert set(bench["accepted_differences"]) == {"native"} and "gate" not in bench
+    assert set(bench["accepted_differences"]) == {"native"}
+    judged = stage_judging(config, "train_native")
+    assert judged["gate"]["control_above_ln_vocab"] == 1.5 and judged["accepted_differences"] == {"rope_theta": "why"}
+    assert "loss_tolerance" not in judged  # no kernels.train_native: no replaced run to hold to it
+    assert stage_judging(config, "train_hf")["gate"]["control_above_ln_vocab"] == 4.5
+    assert stage_judging(config, "moe_reduced") == {"loss_tolerance": config["kernels"]["loss_tolerance"]}

@@ -177,8 +177,9 @@ def test_a_later_summary_of_the_stage_removes_its_failure_record(tmp_path, monke
     assert not failure_path("train_native").exists()
 
 
-def test_the_dependency_map_is_snakemakes_rule_graph():
-    """report.UPSTREAM against `snakemake --rulegraph` (pin_package's stamps count as pin_env)."""
+def test_the_dependency_map_is_snakemakes_job_graph():
+    """report.UPSTREAM against `snakemake --dag`, each job taken as its stage (stage_of_job: pin_package's stamps
+    count as pin_env, train and judge_training as the stage their {stage} names)."""
     import re
     import subprocess
     import sys
@@ -189,19 +190,22 @@ def test_the_dependency_map_is_snakemakes_rule_graph():
     from qwen3_pilot.report import UPSTREAM, stage_of_job
 
     snakemake = str(Path(sys.executable).with_name("snakemake"))
-    dot = subprocess.run([snakemake, "--rulegraph", "--forceall", "results/report.html", "--configfile",
-                          "config/offline.yaml"], cwd=PROJECT, capture_output=True, text=True, check=True).stdout
-    names = dict(re.findall(r'^\s*(\d+)\[label = "([\w_]+)"', dot, re.M))
+    dot = subprocess.run([snakemake, "--dag", "--forceall", "results/report.html"], cwd=PROJECT, capture_output=True,
+                         text=True, check=True).stdout
+    jobs = {node: (rule, dict(re.findall(r"\\n(\w+): ([\w.-]+)", rest)))
+            for node, rule, rest in re.findall(r'^\s*(\d+)\[label = "(\w+)((?:\\n[^"]*)?)"', dot, re.M)}
+    edges = re.findall(r"^\s*(\d+) -> (\d+)", dot, re.M)
+    stage = {node: stage_of_job(rule, wildcards) for node, (rule, wildcards) in jobs.items()}
+    # Snakemake leaves some wildcard values out of a job's label: a judge's stage is then its one input's.
+    for source, target in edges:
+        if stage[target] == "judge_training":
+            stage[target] = stage[source]
     graph: dict[str, set[str]] = {}
-    for source, target in re.findall(r"^\s*(\d+) -> (\d+)", dot, re.M):
-        upstream = "pin_env" if names[source] == "pin_package" else names[source]
-        graph.setdefault(names[target], set()).add(upstream)
-    # Rule `train` is both recipes' stage (stage_of_job); the rule graph has one node for it.
-    rule = {stage: "train" for stage in ("train_hf", "train_native")}
-    assert all(stage_of_job("train", {"recipe": stage}) == stage for stage in rule)
-    for stage, upstream in UPSTREAM.items():
-        assert {rule.get(u, u) for u in upstream} == (
-            graph.get(rule.get(stage, stage), set()) - {rule.get(stage, stage)}), stage
+    for source, target in edges:
+        if stage[source] != stage[target]:
+            graph.setdefault(stage[target], set()).add(stage[source])
+    for name, upstream in UPSTREAM.items():
+        assert set(upstream) == graph.get(name, set()), name
 
 
 def test_a_failure_record_of_an_earlier_run_is_not_this_runs_failure(tmp_path, monkeypatch):

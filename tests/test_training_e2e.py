@@ -22,11 +22,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.torchrun]
 CHECKPOINT = "results/fetch_weights/checkpoint"
 
 
+# The training job itself, not only the judge of its recorded figures (the target's job).
+FORCE_TRAINING = ("--forcerun", "train")
+
+
 def rerun(ws, stage, *args, env=None):
     if env:
         os.environ.update(env)
     try:
-        return run_snakemake(ws, "--cores", "2", f"results/{stage}/summary.json", "--force", *args)
+        return run_snakemake(ws, "--cores", "2", f"results/{stage}/summary.json", *FORCE_TRAINING, *args)
     finally:
         for key in env or ():
             os.environ.pop(key)
@@ -193,7 +197,7 @@ def start_training(ws, run_dir) -> subprocess.Popen:
     """Snakemake forcing train_native in its own process group (as a terminal runs a foreground command, so
     that Ctrl-C is SIGINT to the group), once the run has logged `steps` steps: mid-training."""
     shutil.rmtree(run_dir, ignore_errors=True)  # so that the metrics watched are the new run's
-    command = [SNAKEMAKE, "--cores", "2", "results/train_native/summary.json", "--force", "--configfile",
+    command = [SNAKEMAKE, "--cores", "2", "results/train_native/summary.json", *FORCE_TRAINING, "--configfile",
                "config/test.yaml"]
     return subprocess.Popen(command, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)

@@ -7,10 +7,8 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 from conftest import SNAKEMAKE, output, planned_jobs, planned_stages, run_snakemake
 
-from qwen3_pilot.config import deep_update
 from qwen3_pilot.report import UPSTREAM
 
 pytestmark = pytest.mark.e2e
@@ -230,19 +228,3 @@ def test_a_torch_bump_reruns_verify_ranks_but_not_the_fixture(completed_run):
     stages = planned_stages(result)
     assert {"verify_ranks", "train_hf", "train_native", "kernel_numerics", "moe_reduced"} <= stages
     assert "fixture_checkpoint" not in stages and "fetch_weights" not in stages
-
-
-def test_a_recipes_reason_or_gate_threshold_reruns_only_that_recipe(completed_run):
-    """Each training rule's params hold only what its runs read (config.stage_training): an edit to the HF
-    recipe's accepted-difference reason, or to its gate threshold, plans train_hf and what follows it, not the
-    native recipe, the reduced MoE or the benchmark."""
-    overlay = completed_run / "config" / "test.yaml"
-    text = overlay.read_text()
-    for change in ({"training": {"accepted_differences": {"hf": {"max_position_embeddings": "a reason reworded"}}}},
-                   {"training": {"gate": {"control_above_ln_vocab": {"hf": 4.6}}}}):
-        overlay.write_text(yaml.safe_dump(deep_update(yaml.safe_load(text), change)))
-        try:
-            result = run_snakemake(completed_run, "-n")
-        finally:
-            overlay.write_text(text)
-        assert planned_stages(result) == {"train_hf", "compare_recipes", "export_reload", "report"}, change

@@ -17,6 +17,6 @@ with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
         recipe_path=Path(snakemake.output.recipe),
         run_dir=Path(snakemake.output.run),
         plain_dir=Path(snakemake.output.plain),
-        summary_path=Path(snakemake.output.summary),
+        measured_path=Path(snakemake.output.measured),
         log_path=Path(snakemake.log[0]),
     )

@@ -5,7 +5,7 @@ from qwen3_pilot.stages.train import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
     run(
-        stage=snakemake.wildcards.recipe,
+        stage=snakemake.wildcards.stage,
         backend_config=snakemake.params.backend,
         dataset=snakemake.params.dataset,
         training=snakemake.params.training,
@@ -19,6 +19,6 @@ with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
         run_dir=Path(snakemake.output.run),
         plain_dir=Path(snakemake.output.plain),
         control_dir=Path(snakemake.output.control),
-        summary_path=Path(snakemake.output.summary),
+        measured_path=Path(snakemake.output.measured),
         log_path=Path(snakemake.log[0]),
     )

@@ -140,6 +140,9 @@ TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "se
                 "mixed_precision_param", "export_dtype", "attention")
 # The stages whose runs are judged by the loaded-weights gate (its thresholds are theirs only).
 GATED_STAGES = ("train_native", "train_hf")
+# The stages that measure a training run and leave its judging to rule judge_training (measured.json ->
+# summary.json): a threshold, tolerance or reason edit re-judges their figures without training again.
+JUDGED_STAGES = ("train_hf", "train_native", "moe_reduced")
 
 
 def recipe_key(stage: str) -> str:
@@ -147,22 +150,32 @@ def recipe_key(stage: str) -> str:
     return stage.removeprefix("train_")
 
 
-def stage_training(config: dict[str, Any], *stages: str, gate: bool = False) -> dict[str, Any]:
+def stage_training(config: dict[str, Any], *stages: str) -> dict[str, Any]:
     """The part of config `training` that the trainer runs of `stages` read, as a rule's params: every trainer's
-    keys, native_flavor only for the native recipe, each recipe's own accepted differences, and with `gate` the
-    loaded-weights gate with only these recipes' thresholds. A rule that took the whole section would rerun on
-    an edit to another recipe's reason or threshold."""
+    keys, native_flavor only for the native recipe, and the names of each recipe's accepted differences (the
+    ranks refuse any other difference before they train; the reasons are the judge's, stage_judging). A rule
+    that took the whole section would rerun on an edit to another recipe's settings or to any threshold."""
     training = config["training"]
     keys = {recipe_key(stage) for stage in stages}
     part: dict[str, Any] = {key: training[key] for key in TRAINER_KEYS}
     if "train_native" in stages:
         part["native_flavor"] = training["native_flavor"]
-    part["accepted_differences"] = {k: v for k, v in training["accepted_differences"].items() if k in keys}
-    if gate:
-        thresholds = training["gate"]
-        part["gate"] = {**thresholds, "control_above_ln_vocab": {
-            k: v for k, v in thresholds["control_above_ln_vocab"].items() if k in keys}}
+    part["accepted_differences"] = {k: sorted(v) for k, v in training["accepted_differences"].items() if k in keys}
     return part
+
+
+def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
+    """What rule judge_training holds one stage's measured figures to, as its params: the loaded-weights gate
+    with this recipe's control band (GATED_STAGES), the reasons of its accepted differences, and
+    kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one)."""
+    judging: dict[str, Any] = {}
+    if stage in GATED_STAGES:
+        gate = config["training"]["gate"]
+        judging["gate"] = {**gate, "control_above_ln_vocab": gate["control_above_ln_vocab"][recipe_key(stage)]}
+        judging["accepted_differences"] = config["training"]["accepted_differences"].get(recipe_key(stage), {})
+    if stage_kernel_rules(config, stage):
+        judging["loss_tolerance"] = config["kernels"]["loss_tolerance"]
+    return judging
 
 
 def stage_kernel_rules(config: dict[str, Any], stage: str) -> list[dict[str, str]]:

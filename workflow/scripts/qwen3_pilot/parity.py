@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +82,12 @@ def _same(built: Any, expected: Any) -> bool:
 
 
 def parity_table(
-    built: dict[str, Any], checkpoint: dict[str, Any], accepted: dict[str, str]
+    built: dict[str, Any], checkpoint: dict[str, Any], accepted: Mapping[str, str | None]
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per field (built value, checkpoint value, verdict) and the problems that fail the stage.
 
-    `accepted` maps a field to the reason its difference is accepted; an accepted field that does not
+    `accepted` maps a field to the reason its difference is accepted, or to None where the reason is added later
+    (the ranks know the fields, rule judge_training the reasons: with_reasons); an accepted field that does not
     differ is reported too, so that stale exceptions do not linger in the config.
     """
     unknown = sorted(set(accepted) - set(PARITY_FIELDS))
@@ -97,13 +99,30 @@ def parity_table(
         if same:
             verdict = "match"
         elif field in accepted:
-            verdict = f"accepted difference: {accepted[field]}"
+            verdict = ACCEPTED + (f": {accepted[field]}" if accepted[field] else "")
         else:
             verdict = "MISMATCH"
             problems.append(f"{field}: built {built.get(field)!r}, checkpoint config.json {checkpoint.get(field)!r}")
         rows.append({"field": field, "built": built.get(field), "checkpoint": checkpoint.get(field),
                      "verdict": verdict})
     return rows, problems
+
+
+ACCEPTED = "accepted difference"
+
+
+def with_reasons(rows: list[dict[str, Any]], reasons: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The ranks' parity rows with each accepted difference's reason from the config; a difference the ranks
+    accepted without a reason here means the run was made under other accepted fields than the judge's."""
+    judged = []
+    for row in rows:
+        if row["verdict"] == ACCEPTED:
+            if row["field"] not in reasons:
+                raise ParityError(f"{row['field']}: accepted as a difference when the run was made, but not in "
+                                  "the judge's accepted_differences: rerun the training stage")
+            row = {**row, "verdict": f"{ACCEPTED}: {reasons[row['field']]}"}
+        judged.append(row)
+    return judged
 
 
 def check_parity(

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from .config import CACHE_ROOT, deep_update, resolve_config, stage_kernel_rules
+from .config import CACHE_ROOT, deep_update, resolve_config, stage_kernel_rules, stage_training
 
 PROJECT = Path(__file__).resolve().parents[3]
 DEFAULT_MODEL_CONFIGS = PROJECT.parent / "shared" / "data" / "qwen3-configs"
@@ -115,7 +115,7 @@ def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path)
         paths[stage] = folder / "recipe.json"
         write_recipe(
             paths[stage], stage=stage, backend=backend, checkpoint=checkpoint, corpus_dir=work / "corpus",
-            dataset=config["data"]["dataset"], training=config["training"], peak_flops_per_rank=peak,
+            dataset=config["data"]["dataset"], training=stage_training(config, stage), peak_flops_per_rank=peak,
             parity_path=folder / "parity.json", replacements=rules, lnc=config["neuron"]["lnc"], **extra,
         )
     return paths
@@ -137,8 +137,11 @@ def build_recipe(recipe_path: Path, config_function: str):
             os.environ[RECIPE_ENV] = previous
 
 
-def native_check(recipe_path: Path, lnc: int) -> dict[str, Any]:
+def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[str, Any]:
+    """The native recipe's config as its trainer builds it: parity against config.json (each accepted difference
+    with its `reasons` entry), its kernel replacements and parameter count."""
     from .models import count_parameters
+    from .parity import with_reasons
     from .replacement import apply_converters, kernel_converters, replaced_paths
 
     trainer = build_recipe(recipe_path, "qwen3_native")
@@ -161,7 +164,7 @@ def native_check(recipe_path: Path, lnc: int) -> dict[str, Any]:
         "flavor": trainer.model_spec.flavor,
         "parameters": count_parameters(model),
         "layers": len(model.layers),
-        "parity": parity["rows"],
+        "parity": with_reasons(parity["rows"], reasons),
         "kernel_replacements": _counts(configured),
         "rope_hf_on_every_layer": len(demo.get("rope_hf", [])),
         "seq_len": trainer.training.seq_len,
@@ -170,9 +173,10 @@ def native_check(recipe_path: Path, lnc: int) -> dict[str, Any]:
     }
 
 
-def hf_check(recipe_path: Path) -> dict[str, Any]:
+def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
     """The transformers-backend recipe: its config, and parity of the transformers config it builds the
-    model from (torchtitan's own update_from_config, as the trainer calls it) against config.json."""
+    model from (torchtitan's own update_from_config, as the trainer calls it) against config.json, each accepted
+    difference with its `reasons` entry."""
     from .models import hf_model_values
     from .parity import parity_table, read_checkpoint_values
 
@@ -181,7 +185,8 @@ def hf_check(recipe_path: Path) -> dict[str, Any]:
     model_config = copy.deepcopy(trainer.model_spec.model)
     model_config.update_from_config(config=trainer)
     hf = read_checkpoint_values(Path(recipe["checkpoint"]))
-    rows, problems = parity_table(hf_model_values(model_config), hf, recipe["accepted_differences"])
+    accepted = {field: reasons[field] for field in recipe["accepted_differences"]}
+    rows, problems = parity_table(hf_model_values(model_config), hf, accepted)
     if problems:
         raise PreflightError("train_hf: the model differs from config.json:\n  - " + "\n  - ".join(problems))
     return {"hf_model": trainer.hf_model, "parity": rows, "seq_len": trainer.training.seq_len}
@@ -352,8 +357,10 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
             checkpoint = checkpoint_stand_in(work, Path(dense_json["dense"]))
             recipes = stage_recipes(config, backend, checkpoint, work)
             lnc = config["neuron"]["lnc"]
-            run_check("train_native", lambda: native_check(recipes["train_native"], lnc), checks)
-            run_check("train_hf", lambda: hf_check(recipes["train_hf"]), checks)
+            reasons = config["training"]["accepted_differences"]
+            run_check("train_native", lambda: native_check(recipes["train_native"], lnc, reasons.get("native", {})),
+                      checks)
+            run_check("train_hf", lambda: hf_check(recipes["train_hf"], reasons.get("hf", {})), checks)
             run_check("moe_reduced", lambda: moe_check(recipes["moe_reduced"], config, Path(dense_json["moe"])), checks)
             run_check("launches", lambda: launch_plan(config, backend, project), checks)
         run_check("fsdp_plan", lambda: fsdp_plan(config, out), checks)

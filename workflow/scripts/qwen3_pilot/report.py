@@ -52,11 +52,11 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
 REPORT_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "report.schema.json"
 SCHEMA_VERSION = "1.0.0"
 # Rules whose jobs are a stage without being named after it: pin_package's per-package stamps are pin_env's,
-# and rule `train` is train_hf or train_native by its {recipe}.
+# and rules `train` and `judge_training` are the training stage their {stage} names.
 def stage_of_job(rule: str, wildcards: dict[str, str]) -> str:
     if rule == "pin_package":
         return "pin_env"
-    return wildcards["recipe"] if rule == "train" else rule
+    return wildcards["stage"] if "stage" in wildcards else rule
 
 
 def titles(config: dict[str, Any]) -> dict[str, str]:

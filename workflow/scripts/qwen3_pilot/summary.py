@@ -66,22 +66,17 @@ def write_failure(stage: str, error: BaseException, log_path: Path, kept_log: Pa
     return summary.write(failure_path(stage))
 
 
-@dataclass
-class StageSummary:
+@dataclass(kw_only=True)
+class StageRecord:
+    """What every stage record holds: the figures, the artifacts with their sha256, and when the work ran."""
+
     stage: str
-    status: str
     backend: str
     figures: dict[str, Any] = field(default_factory=dict)
-    proves: str = ""
-    does_not_prove: str = ""
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     started: str = field(default_factory=stage_started)
     ended: str = ""
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"stage {self.stage}: status {self.status!r} is not one of {STATUSES}")
 
     def add_artifacts(self, paths: list[Path], root: Path | None = None) -> None:
         self.artifacts.extend(describe_artifact(Path(p), root) for p in paths)
@@ -90,6 +85,33 @@ class StageSummary:
         self.ended = self.ended or now_iso()
         payload = asdict(self)
         write_recorded_json(path, payload)
+        return payload
+
+
+# A measuring stage's record before it is judged (rule judge_training turns it into the stage's summary).
+MEASURED_FILE = "measured.json"
+
+
+@dataclass(kw_only=True)
+class StageMeasurement(StageRecord):
+    """What a measuring stage ran and measured, with no verdict: measured.json, which judge_training holds to
+    the configured thresholds, so that a threshold edit re-judges these figures without measuring again."""
+
+
+@dataclass(kw_only=True)
+class StageSummary(StageRecord):
+    """A stage's verdict with its record: what the report is built from (summary.json)."""
+
+    status: str
+    proves: str = ""
+    does_not_prove: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"stage {self.stage}: status {self.status!r} is not one of {STATUSES}")
+
+    def write(self, path: Path) -> dict[str, Any]:
+        payload = super().write(path)
         if self.status != "fail":
             failure_path(self.stage).unlink(missing_ok=True)  # this run replaces an earlier failure
         return payload

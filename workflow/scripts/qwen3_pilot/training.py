@@ -69,7 +69,8 @@ def write_recipe(
         "export_dtype": training["export_dtype"],
         "native_flavor": training.get("native_flavor"),  # the native recipe's only (config.stage_training)
         "attention": training["attention"],
-        "accepted_differences": training["accepted_differences"].get(recipe_key(stage), {}),
+        # Only the fields: the ranks refuse any other difference; the reasons are the judge's (judge_training).
+        "accepted_differences": sorted(training["accepted_differences"].get(recipe_key(stage), [])),
         "peak_flops_per_rank": peak_flops_per_rank,
         "parity_path": str(parity_path.resolve()),
         # Kernel replacements (config kernels.<stage>) and the LNC whose kernel rules they enforce.
@@ -231,6 +232,11 @@ def export_dir(run_dir: Path, steps: int) -> Path:
     return run_dir / "checkpoint" / f"step-{steps}"
 
 
+def recorded_export_dir(measured_path: Path) -> Path:
+    """The export folder a training stage recorded in its measured.json (stages/train.py)."""
+    return Path(json.loads(Path(measured_path).read_text())["figures"]["export_dir"])
+
+
 def export_files(run_dir: Path, steps: int) -> list[Path]:
     return sorted(p for p in export_dir(run_dir, steps).glob("*") if p.is_file())
 
@@ -321,35 +327,46 @@ def loss_agreement(
     return figures, problems
 
 
-def replaced_against_plain(
+def replaced_and_plain(
     stage: str, backend: Backend, *, config_function: str, recipe: dict[str, Any], recipe_path: Path, run: Launch,
-    steps: list[dict[str, Any]], plain_dir: Path, log_path: Path, parity_path: Path, kernels: dict[str, Any],
+    steps: list[dict[str, Any]], plain_dir: Path, log_path: Path, parity_path: Path, rules: list[dict[str, str]],
     n_layers: int,
 ) -> dict[str, Any] | None:
     """With replacements configured: the launch log's count, then the same recipe without them (same seed,
-    weights and batches), step by step. None without replacements (the plain folder stays empty)."""
+    weights and batches), its per-step metrics as `plain_steps` for the judge (replaced_against_plain). None
+    without replacements (the plain folder stays empty)."""
     plain_recipe = recipe_path.with_name(PLAIN_RECIPE)
-    if not kernels["rules"]:
+    if not rules:
         # Nothing of an earlier run with replacements may outlive it.
         plain_recipe.unlink(missing_ok=True)
         clear_run_dir(plain_dir)
         return None
-    figures = replacement_check(stage, run, kernels["rules"], n_layers)
+    figures = replacement_check(stage, run, rules, n_layers)
     write_json(plain_recipe, {**recipe, "replacements": []})
     plain_run, plain_steps = launch_and_read(
         f"{stage} (plain, no kernel replacements)", backend, config_function=config_function,
         recipe_path=plain_recipe, run_dir=plain_dir, log_path=log_path, parity_path=parity_path,
         expected_steps=len(steps),
     )
-    agreement, problems = loss_agreement(steps, plain_steps, kernels["loss_tolerance"])
-    record_measured(kernel_replacements={**figures, "against_plain": agreement})
+    return {**figures, "plain_steps": plain_steps, "plain_launch_wall_s": round(plain_run.wall_s, 2)}
+
+
+def replaced_against_plain(stage: str, steps: list[dict[str, Any]], measured: dict[str, Any] | str,
+                           tolerance: float | None) -> dict[str, Any] | str:
+    """The judge's half: the measured replacements (replaced_and_plain, or the sentence saying none were
+    configured) with the replaced run's losses held to `tolerance` step by step against the plain run's."""
+    if isinstance(measured, str):
+        return measured
+    replacements = {key: value for key, value in measured.items() if key != "plain_steps"}
+    agreement, problems = loss_agreement(steps, measured["plain_steps"], tolerance)
+    record_measured(kernel_replacements={**replacements, "against_plain": agreement})
     if problems:
         raise TrainingError(f"{stage}: replaced against plain:\n  - " + "\n  - ".join(problems))
-    return {**figures, "against_plain": agreement, "plain_launch_wall_s": round(plain_run.wall_s, 2)}
+    return {**replacements, "against_plain": agreement}
 
 
-def replacement_proves(replacements: dict[str, Any] | None) -> str:
-    if not replacements:
+def replacement_proves(replacements: dict[str, Any] | str) -> str:
+    if isinstance(replacements, str):
         return ""
     kernels = ", ".join(f"{kernel} in {entry['replaced']} layers ({entry['implementation']})"
                         for kernel, entry in replacements["per_kernel"].items())

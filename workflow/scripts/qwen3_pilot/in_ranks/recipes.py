@@ -82,7 +82,8 @@ def native_model_spec(recipe: dict[str, Any]):
         base = model_registry("32B")
         model = apply_converters(native_model_from_checkpoint(hf), converters)
     set_attention(model, recipe)
-    check_parity("train_native", native_model_values(model), hf, recipe["accepted_differences"], _parity_out(recipe))
+    check_parity("train_native", native_model_values(model), hf, dict.fromkeys(recipe["accepted_differences"]),
+                 _parity_out(recipe))
     return dataclasses.replace(base, flavor=flavor or f"checkpoint:{Path(recipe['checkpoint']).name}", model=model)
 
 
@@ -125,9 +126,8 @@ def check_hf_backend_build(recipe: dict[str, Any]) -> None:
                 if hasattr(module, "original_inv_freq"):
                     module.original_inv_freq.copy_(inv_freq.to(module.original_inv_freq.dtype))
                 module.attention_scaling = scaling
-        check_parity(
-            "train_hf", hf_model_values(self.model.config), hf, recipe["accepted_differences"], _parity_out(recipe)
-        )
+        check_parity("train_hf", hf_model_values(self.model.config), hf, dict.fromkeys(recipe["accepted_differences"]),
+                     _parity_out(recipe))
 
     hf_backend.HFTransformerModel.init_states = checked_init_states
 

@@ -1,5 +1,6 @@
-"""Stage moe_reduced: the reduced Qwen3 MoE trained with its kernels replaced, its router load, and the same run
-without the replacements."""
+"""Stage moe_reduced, measuring: the reduced Qwen3 MoE trained with its kernels replaced, its router load, and the
+same run without the replacements; measured.json, which rule judge_training holds to kernels.loss_tolerance
+(stages/judge_training.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from ..training import (
     TrainingError,
     launch_and_read,
     ranks_peak_flops,
-    replaced_against_plain,
-    replacement_proves,
+    replaced_and_plain,
     usable_backend,
     write_recipe,
 )
@@ -26,10 +26,10 @@ from ..training import (
 def run(
     *, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], moe: dict[str, Any],
     kernels: dict[str, Any], cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path,
-    recipe_path: Path, run_dir: Path, plain_dir: Path, summary_path: Path, log_path: Path,
+    recipe_path: Path, run_dir: Path, plain_dir: Path, measured_path: Path, log_path: Path,
 ) -> dict[str, Any]:
     from ..models import count_parameters, reduced_moe_model
-    from ..summary import StageSummary
+    from ..summary import StageMeasurement
 
     backend = usable_backend(STAGE, backend_config, cache_root)
     # The tokenizer comes with the fetched checkpoint, so the vocabulary does too.
@@ -63,22 +63,22 @@ def run(
         raise TrainingError(f"{STAGE}: router load:\n  - " + "\n  - ".join(problems))
     # The plain run records its router load elsewhere: it must not add to this run's.
     recipe = {**recipe, "router_load_path": str((plain_dir / ROUTER_LOAD_FILE).resolve())}
-    replacements = replaced_against_plain(
+    replacements = replaced_and_plain(
         STAGE, backend, config_function=CONFIG_FUNCTIONS[STAGE], recipe=recipe, recipe_path=recipe_path, run=run,
-        steps=steps, plain_dir=plain_dir, log_path=log_path, parity_path=parity_path, kernels=kernels,
+        steps=steps, plain_dir=plain_dir, log_path=log_path, parity_path=parity_path, rules=kernels["rules"],
         n_layers=moe["layers"],
     )
-    full_width_trained = trained_params == full_params
-    summary = StageSummary(
+    measurement = StageMeasurement(
         stage=STAGE,
-        status="pass",
         backend=backend.name,
         figures={
             "model": trained_spec,
+            "published_model": {"layers": full["layers"], "experts": full["experts"]},
             "parameters": trained_params,
             "full_width_parameters": full_params,
-            "full_width_trained": full_width_trained,
+            "full_width_trained": trained_params == full_params,
             "ranks": backend.expected_ranks,
+            "dist_backend": backend.dist_backend,
             "parallelism": "FSDP over all ranks, tensor parallel 1, no expert parallelism, SDPA attention, eager",
             "steps_trained": len(steps),
             "first_loss": steps[0]["loss"],
@@ -92,29 +92,10 @@ def run(
         notes=[
             "REDUCED MODEL: Qwen3-30B-A3B's architecture cut to "
             f"{moe['layers']} layers and {moe['experts']} experts (top-{moe['top_k']})"
-            + ("" if full_width_trained else ", at tiny widths on this backend")
+            + ("" if trained_params == full_params else ", at tiny widths on this backend")
             + ", trained from random init. This is not a Qwen3-30B-A3B training result."
         ],
-        proves=(
-            f"torchtitan's trainer runs the Qwen3 MoE block (softmax top-{moe['top_k']} router, grouped experts, "
-            f"load-balancing hook) for {len(steps)} steps with FSDP over {backend.expected_ranks} "
-            f"{backend.dist_backend} ranks, every loss finite; every step routed each token to exactly "
-            f"{moe['top_k']} experts in every layer; the full-width spec has {full_params:,} parameters."
-            + replacement_proves(replacements)
-        ),
-        does_not_prove=(
-            f"Anything about training Qwen3-30B-A3B: {moe['layers']} of {moe['full_width']['layers']} layers, "
-            f"{moe['experts']} of {moe['full_width']['experts']} experts, random init, {len(steps)} steps. It does "
-            f"not exercise expert parallelism, and the router load after {len(steps)} steps from random init says "
-            "nothing about the load of a trained router."
-            + ("" if full_width_trained else " The widths trained here are tiny; only the parameter count was "
-               "taken at full width.")
-            + (" The experts' replacement runs torch._grouped_mm, as torchtitan's GroupedExperts does, on every "
-               "backend: its loss agreement checks the replacement itself (config swap, shared weights, dtype), "
-               "not a different kernel." if replacements and "moe_grouped_experts" in replacements["per_kernel"]
-               else "")
-        ),
     )
     plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []
-    summary.add_artifacts([recipe_path, run_dir / METRICS_FILE, run_dir / ROUTER_LOAD_FILE, *plain])
-    return summary.write(summary_path)
+    measurement.add_artifacts([recipe_path, run_dir / METRICS_FILE, run_dir / ROUTER_LOAD_FILE, *plain])
+    return measurement.write(measured_path)

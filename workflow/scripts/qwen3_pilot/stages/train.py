@@ -1,5 +1,6 @@
-"""Stages train_hf and train_native: one recipe trained from the fetched weights, a random-init control on the
-same batch, the loaded-weights gate and, with kernel replacements, the same run without them."""
+"""Stages train_hf and train_native, measuring: one recipe trained from the fetched weights, a random-init control
+on the same batch and, with kernel replacements, the same run without them; measured.json holds what they measured
+and rule judge_training holds it to the configured thresholds (stages/judge_training.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..config import recipe_key
 from ..launch import Launch
 from ..parity import read_checkpoint_values
 from ..summary import record_measured
@@ -20,10 +20,8 @@ from ..training import (
     export_dir,
     export_files,
     launch_and_read,
-    loaded_weights_gate,
     ranks_peak_flops,
-    replaced_against_plain,
-    replacement_proves,
+    replaced_and_plain,
     usable_backend,
     write_recipe,
 )
@@ -32,9 +30,9 @@ from ..training import (
 def run(
     *, stage: str, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], kernels: dict[str, Any],
     cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
-    control_dir: Path, plain_dir: Path, summary_path: Path, log_path: Path,
+    control_dir: Path, plain_dir: Path, measured_path: Path, log_path: Path,
 ) -> dict[str, Any]:
-    from ..summary import StageSummary
+    from ..summary import StageMeasurement
 
     backend = usable_backend(stage, backend_config, cache_root)
     checkpoint = read_checkpoint_values(checkpoint_dir)  # config.json problems fail before any launch
@@ -56,33 +54,27 @@ def run(
             f"{stage} ({name})", backend, config_function=CONFIG_FUNCTIONS[stage], recipe_path=recipe_path,
             run_dir=folder, log_path=log_path, parity_path=parity_path, expected_steps=expected, overrides=overrides,
         )
-
     loaded, control = steps["fetched weights"], steps["random-init control"]
-    gate_config = {**training["gate"],
-                   "control_above_ln_vocab": training["gate"]["control_above_ln_vocab"][recipe_key(stage)]}
-    gate, problems = loaded_weights_gate(loaded[0]["loss"], control[0]["loss"], checkpoint["vocab_size"], gate_config)
-    record_measured(gate=gate, steps=loaded, control_steps=control)
-    if problems:
-        raise TrainingError(f"{stage}: loaded-weights gate failed:\n  - " + "\n  - ".join(problems))
+    record_measured(steps=loaded, control_steps=control)
     exported = export_files(run_dir, training["steps"])
     if not any(p.suffix == ".safetensors" for p in exported):
         raise TrainingError(f"{stage}: no safetensors export in {export_dir(run_dir, training['steps'])}")
     parity = json.loads(parity_path.read_text())
     built_layers = next(row["built"] for row in parity["rows"] if row["field"] == "num_hidden_layers")
-    replacements = replaced_against_plain(
+    replacements = replaced_and_plain(
         stage, backend, config_function=CONFIG_FUNCTIONS[stage], recipe=recipe, recipe_path=recipe_path,
         run=runs["fetched weights"], steps=loaded, plain_dir=plain_dir, log_path=log_path, parity_path=parity_path,
-        kernels=kernels, n_layers=built_layers,
+        rules=kernels["rules"], n_layers=built_layers,
     )
     steady = [s for s in loaded if s["step"] > 1]
-    summary = StageSummary(
+    measurement = StageMeasurement(
         stage=stage,
-        status="pass",
         backend=backend.name,
         figures={
             "steps_trained": len(loaded),
             "ranks": backend.expected_ranks,
-            "gate": gate,
+            "dist_backend": backend.dist_backend,
+            "vocab_size": checkpoint["vocab_size"],
             "parity": parity["rows"],
             "final_loss": loaded[-1]["loss"],
             "mean_step_time_s_after_step_1": _mean(s["step_time_s"] for s in steady),
@@ -97,28 +89,11 @@ def run(
             "export_dir": export_dir(run_dir, training["steps"]).as_posix(),
             "kernel_replacements": replacements or "none configured (kernels." + stage + ")",
         },
-        proves=(
-            f"torchtitan's trainer ran {len(loaded)} steps of this recipe with FSDP over {backend.expected_ranks} "
-            f"{backend.dist_backend} ranks from the fetched weights, every loss finite, and wrote a Hugging Face "
-            f"safetensors export. Its step-1 loss ({gate['step1_loss_loaded']:.4f}) is {gate['gap']:.2f} nats below "
-            f"a random-init control on the same batch ({gate['step1_loss_random_init']:.4f}; ln vocab "
-            f"{gate['ln_vocab']:.2f}): the weights loaded. The model matches config.json on every parity field "
-            "(or on an accepted difference, listed with its reason)."
-            + replacement_proves(replacements)
-        ),
-        does_not_prove=(
-            f"That training improves the model: {len(loaded)} steps on a small corpus say nothing about convergence, "
-            "and a loss falling over them can be memorisation of a few batches. MFU is against "
-            + ("a measured CPU matmul peak, not an accelerator's peak; " if backend.name == "cpu"
-               else "the published peak; ")
-            + "throughput here predicts nothing about another backend."
-            + (" These were tiny models on CPU ranks, not Qwen3-4B on a trn2." if backend.name == "cpu" else "")
-        ),
     )
     plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []
-    summary.add_artifacts([recipe_path, parity_path, run_dir / METRICS_FILE, control_dir / METRICS_FILE, *plain,
-                           *exported])
-    return summary.write(summary_path)
+    measurement.add_artifacts([recipe_path, parity_path, run_dir / METRICS_FILE, control_dir / METRICS_FILE, *plain,
+                               *exported])
+    return measurement.write(measured_path)
 
 
 def _mean(values) -> float | None:

@@ -1,0 +1,94 @@
+"""docs/reruns.md against Snakemake's own plan: each edit in its table, made to the finished shared run, plans
+exactly the jobs the table lists; and a judging edit changes the report's verdict without training again."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from conftest import PROJECT, output, run_snakemake
+
+from qwen3_pilot.config import deep_update
+
+pytestmark = pytest.mark.e2e
+
+TABLE = PROJECT / "docs" / "reruns.md"
+
+
+def table_rows() -> list[tuple[str, set[str]]]:
+    """The table's rows: (the edit as `dotted.key: yaml value`, the jobs planned as rule[wildcard])."""
+    rows = []
+    for line in TABLE.read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`") and cells[0] != "edit":
+            rows.append((cells[0].strip("`"), set(re.findall(r"`([^`]+)`", cells[1]))))
+    return rows
+
+
+def as_overlay(edit: str) -> dict:
+    key, value = edit.split(": ", 1)
+    overlay: dict = yaml.safe_load(value)
+    for part in reversed(key.split(".")):
+        overlay = {part: overlay}
+    return overlay
+
+
+def planned_job_labels(result) -> set[str]:
+    """A dry run's jobs as rule[wildcard values] (its "rule X:" blocks and their "wildcards:" lines)."""
+    jobs, rule, values = set(), None, []
+    for line in (result.stdout + result.stderr).splitlines() + [""]:
+        if line.startswith("rule ") and line.endswith(":"):
+            rule, values = line[5:-1], []
+        elif rule and line.strip().startswith("wildcards:"):
+            values = [pair.split("=", 1)[1] for pair in line.split(":", 1)[1].strip().split(", ")]
+        elif rule and not line.startswith(" "):
+            jobs.add(rule + "".join(f"[{value}]" for value in values))
+            rule = None
+    return jobs
+
+
+def with_overlay(ws, change, *args):
+    overlay = ws / "config" / "test.yaml"
+    text = overlay.read_text()
+    overlay.write_text(yaml.safe_dump(deep_update(yaml.safe_load(text), change)))
+    try:
+        return run_snakemake(ws, *args)
+    finally:
+        overlay.write_text(text)
+
+
+def test_the_table_has_the_edits_the_issue_names():
+    edits = {edit.split(":")[0] for edit, _ in table_rows()}
+    assert {"training.gate.min_gap", "kernels.loss_tolerance",
+            "training.accepted_differences.hf.max_position_embeddings"} <= edits
+
+
+@pytest.mark.parametrize("edit, jobs", table_rows(), ids=[edit.split(":")[0] for edit, _ in table_rows()])
+def test_each_edit_plans_the_jobs_docs_reruns_md_lists(completed_run, edit, jobs):
+    result = with_overlay(completed_run, as_overlay(edit), "-n")
+    assert result.returncode == 0, output(result)[-3000:]
+    assert planned_job_labels(result) == jobs, output(result)[-3000:]
+
+
+def test_a_gate_threshold_past_the_measured_gap_fails_the_report_then_passes_again_without_training(copy_of_run):
+    """The verdict follows the threshold: min_gap above both recipes' measured gaps fails both training stages
+    (their judges) and the report leads with them; the threshold back, the same figures pass. Neither run
+    trains."""
+    summary = json.loads((copy_of_run / "results" / "train_native" / "summary.json").read_text())
+    gap = summary["figures"]["gate"]["gap"]
+    failed = with_overlay(copy_of_run, {"training": {"gate": {"min_gap": gap + 1.0}}}, "--cores", "2",
+                          "results/report.html")
+    assert failed.returncode != 0
+    report = json.loads((copy_of_run / "results" / "report.json").read_text())
+    status = {stage["stage"]: stage["status"] for stage in report["stages"]}
+    assert status["train_native"] == status["train_hf"] == "fail", status
+    reason = next(s for s in report["stages"] if s["stage"] == "train_native")["figures"]["reason"]
+    assert f"training.gate.min_gap = {gap + 1.0}" in reason
+    passed = run_snakemake(copy_of_run, "--cores", "2", "results/report.html")
+    assert passed.returncode == 0, output(passed)[-3000:]
+    report = json.loads((copy_of_run / "results" / "report.json").read_text())
+    assert all(stage["status"] == "pass" for stage in report["stages"] if stage["stage"] != "archive")
+    for result in (failed, passed):
+        assert not re.search(r"^rule (train|moe_reduced|benchmark):", output(result), re.M), output(result)[-3000:]
