@@ -1,5 +1,5 @@
 # Qwen3 on AWS Trainium: the pilot workflow. `snakemake --cores 1 results/report.html`
-# (README.md: setup; config/README.md: the keys; ../shared/DESIGN.md: the design).
+# (README.md: setup; config/README.md: the keys; docs/design.md: the design).
 from snakemake.utils import min_version
 
 min_version("9.0")

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 PROJECT = Path(__file__).resolve().parents[1]
-SHARED_CORPUS = PROJECT.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+# The corpus that ships with the pilot (config/config.yaml data.path): every test that reads a corpus reads it.
+CORPUS = PROJECT / yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())["data"]["path"]
 WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "profiles", "workflow")
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
@@ -184,7 +185,6 @@ def plan_once(monkeypatch):
 # The e2e tests' config: 2 gloo ranks, the offline corpus, a small fixture.
 SMALL = {
     "ranks": 2,
-    "data": {"path": str(SHARED_CORPUS)},
     "fixture": {"steps": 120, "num_hidden_layers": 2},
     "benchmark": {"warmup_steps": 2, "measured_steps": 5},
 }

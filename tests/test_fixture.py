@@ -18,7 +18,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
-from conftest import SHARED_CORPUS
+from conftest import CORPUS
 
 from qwen3_pilot import fixture as fx
 
@@ -48,8 +48,8 @@ SAMPLES = [
 
 
 def _documents() -> list[str]:
-    assert SHARED_CORPUS.is_file(), f"the test corpus {SHARED_CORPUS} is missing (conftest.SHARED_CORPUS)"
-    text = SHARED_CORPUS.read_text(encoding="utf-8")
+    assert CORPUS.is_file(), f"the shipped corpus {CORPUS} is missing (config/config.yaml data.path)"
+    text = CORPUS.read_text(encoding="utf-8")
     return [d.strip() for d in re.split(r"\n\s*\n", text) if d.strip()]
 
 

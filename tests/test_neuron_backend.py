@@ -1,5 +1,6 @@
 """The neuron backend's readers on the Neuron tools' real outputs, recorded on trn2 machines
-(../shared/data/neuron/, read in place), and the ordering and dtype rules a trn2 needs, checked on CPU."""
+(workflow/resources/neuron/, copied byte for byte from the shared data), and the ordering and dtype rules a trn2
+needs, checked on CPU."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from qwen3_pilot.backends.neuron import (
 from qwen3_pilot.pins import read_pins
 from qwen3_pilot.ranks import RankCheckError, verify_ranks
 
-RECORDED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "neuron"
+RECORDED = Path(__file__).resolve().parents[1] / "workflow" / "resources" / "neuron"
 TRN2 = yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text())
 # The machine the one-device recording describes, as a config: one trn2 chip, 8 physical cores, LNC 2.
 ONE_CHIP = {**TRN2["neuron"], "chips": 1}

@@ -27,7 +27,7 @@ from conftest import PROJECT, venv_env
 
 from qwen3_pilot.neuron_stack import FORK_CLONE, read_stack
 
-# AWS's SDK 2.33.0 pip components as its release notes list them (../shared/data/neuron/sdk-2.33.0-components.md):
+# AWS's SDK 2.33.0 pip components as its release notes list them (workflow/resources/neuron/sdk-2.33.0-components.md):
 # what AWS's repository would serve. libneuronxla is listed but not installed by AWS's 2.33 command.
 AWS_2_33_0 = {"torch-neuronx": "2.14.3.0", "neuronx-cc": "2.28.7631.0", "nki": "0.7.0",
               "libneuronxla": "3.0.10135.0"}

@@ -62,7 +62,7 @@ def left_out(path: str) -> bool:
     return (
         # torchtitan's checkpoint folders: the weights the pilot delivers are results/export_reload's, and
         # the consolidated safetensors of the last step are among report.json's artifacts; `sharded/` is a
-        # duplicate of them (../shared/DESIGN.md, pitfalls).
+        # duplicate of them.
         "checkpoint" in parts[:-1]
         # compiler caches: machine-specific, rebuilt by the next run, and large on trn2 (NEFFs)
         or "compile_cache" in parts[:-1]

@@ -27,7 +27,7 @@ def download(url: str, dest: Path, expected_git_sha1: str, timeout: float = 120)
     except OSError as error:
         raise CorpusError(
             f"download of {url} failed ({error}); on an offline machine set data.path to a local corpus "
-            f"(see config/offline.yaml)"
+            f"(config/config.yaml sets the corpus that ships with the pilot)"
         ) from error
     actual = git_blob_sha1(dest)
     if actual != expected_git_sha1:

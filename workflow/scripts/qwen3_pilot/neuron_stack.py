@@ -133,7 +133,7 @@ def pin_problems(stack: NeuronStack, pins: dict[str, Any]) -> list[str]:
 
 def components_problems(stack: NeuronStack, published: str) -> list[str]:
     """The stack's versions against AWS's published component list as recorded in
-    ../shared/data/neuron/sdk-<release>-components.md (its table rows: | component | version | how |)."""
+    workflow/resources/neuron/sdk-<release>-components.md (its table rows: | component | version | how |)."""
     problems = []
     table = published.lower()
     title = published.splitlines()[0] if published.strip() else ""

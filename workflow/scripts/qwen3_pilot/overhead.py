@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage", choices=["train_hf", "train_native", "benchmark"], default="train_native")
     parser.add_argument("--parse", action="store_true", help="time `snakemake -n` instead of a stage")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("snakemake_args", nargs="*", help="after --, e.g. --configfile config/offline.yaml")
+    parser.add_argument("snakemake_args", nargs="*", help="after --, e.g. --configfile config/trn2.yaml")
     args = parser.parse_args(argv)
     workdir = Path.cwd()
     (workdir / ".cache").mkdir(exist_ok=True)

@@ -37,9 +37,11 @@ import yaml
 from .config import CACHE_ROOT, deep_update, resolve_config, stage_kernel_rules, stage_training
 
 PROJECT = Path(__file__).resolve().parents[3]
-DEFAULT_MODEL_CONFIGS = PROJECT.parent / "shared" / "data" / "qwen3-configs"
-# AWS's component list per SDK release as recorded beside the project (sdk-<release>-components.md).
-PUBLISHED_COMPONENTS = PROJECT.parent / "shared" / "data" / "neuron"
+RESOURCES = PROJECT / "workflow" / "resources"
+# The published models' config.json values, and AWS's component list per SDK release
+# (sdk-<release>-components.md): each folder's README says where they come from.
+DEFAULT_MODEL_CONFIGS = RESOURCES / "qwen3-configs"
+PUBLISHED_COMPONENTS = RESOURCES / "neuron"
 MOE_MODEL = "Qwen3-30B-A3B"
 # The reduced MoE's widths against Qwen3-30B-A3B's config.json: moe.full_width key -> config.json key.
 MOE_WIDTH_FIELDS = {

@@ -2,7 +2,7 @@
 
 It cannot execute on the build machines (AWS's packages come only from AWS's repository), so everything
 here is plain functions that tests call with injected readers on the tools' recorded outputs
-(../shared/data/neuron/); execution is claimed only on a trn2.
+(workflow/resources/neuron/); execution is claimed only on a trn2.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from . import Backend, cache_env, multi_node_launch, thread_caps
 log = logging.getLogger(__name__)
 
 # The Neuron driver, runtime, collectives and tools (neuron-ls) packages, as AWS's SDK 2.33.0 component list
-# names them (envs/neuron-sdk.toml [system], ../shared/data/neuron/sdk-2.33.0-components.md); the same names in
+# names them (envs/neuron-sdk.toml [system], workflow/resources/neuron/sdk-2.33.0-components.md); the same names in
 # AWS's apt (Ubuntu) and yum (Amazon Linux 2023) repositories (AWS's manual-install pages for each OS).
 NEURON_SYSTEM_PACKAGES = (
     "aws-neuronx-dkms", "aws-neuronx-runtime-lib", "aws-neuronx-collectives", "aws-neuronx-tools",
@@ -46,8 +46,8 @@ COMPILER_DISTRIBUTION = "neuronx-cc"
 DEVICE_KEYS = ("nc_count", "logical_neuroncore_config", "memory_size")
 GIB = 2**30
 # Dense BF16 peak that torchtitan uses for MFU on trn2: 158 TFLOPS per logical core at LNC=2, i.e. per
-# pair of physical cores; at LNC=1 a rank is one physical core, half of that (../shared/DESIGN.md, "Reference
-# numbers": 79 TFLOPS per physical core; AWS's chip page gives 667 TFLOPS per chip, about 5 % above 8 x 79).
+# pair of physical cores; at LNC=1 a rank is one physical core, half of that (79 TFLOPS per physical core, the
+# figure torchtitan uses for MFU on trn2; AWS's Trainium2 page gives 667 TFLOPS per chip, about 5 % above 8 x 79).
 TRN2_BF16_PEAK_FLOPS_PER_PHYSICAL_CORE = 158e12 / 2
 # TorchNeuron's compile caches (DESIGN.md): compiled NEFFs, and the debug folder whose default is
 # /tmp/neuron_backend. NEURON_COMPILE_CACHE_URL and NEURON_CC_FLAGS=--cache_dir are the older torch-xla
@@ -154,8 +154,7 @@ def launch_environment_problems(config: dict[str, Any], environ: dict[str, str] 
 
 
 # Collectives between instances go over EFA through libfabric (AWS's multi-node Neuron samples set these; the
-# Neuron multi-node setup guide requires EFA on every node; ../shared/DESIGN.md, "Neuron facts checked
-# against AWS's public sources").
+# Neuron multi-node setup guide requires EFA on every node).
 EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
 
 
