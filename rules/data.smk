@@ -2,7 +2,12 @@
 # for the published weights.
 
 
-# The training corpus: c4_test downloaded at a pinned commit, or the local file in data.path.
+# The training corpus: c4_test downloaded at a pinned commit, or the local file in data.path. A few MB,
+# fetched where Snakemake runs (a cluster's compute nodes often reach no internet), never as a cluster job.
+localrules:
+    fetch_corpus,
+
+
 rule fetch_corpus:
     input:
         get_corpus_source(),
@@ -15,8 +20,6 @@ rule fetch_corpus:
         "benchmarks/fetch_corpus.tsv"
     conda:
         SOFTWARE_ENV
-    resources:
-        **get_small_resources(),
     params:
         data=config["data"],
         backend=BACKEND,

@@ -1,4 +1,7 @@
-# The audit trail: results/report.json and results/report.html, built from the stage summaries only.
+# The audit trail: results/report.json and results/report.html, built from the stage summaries only: seconds of
+# work on records, where Snakemake runs (never a cluster job).
+localrules:
+    report,
 
 
 rule report:
@@ -15,8 +18,6 @@ rule report:
         "logs/report/report.log",
     conda:
         SOFTWARE_ENV
-    resources:
-        **get_small_resources(),
     params:
         # Not `archive`: where a finished run is copied is not part of it (qwen3_pilot.archive.pilot_config).
         config=pilot_config(config),

@@ -64,7 +64,12 @@ rule judge_training:
         "../workflow/scripts/judge_training.py"
 
 
-# Same weights, same first batch: the two recipes must agree on the step-1 loss.
+# Same weights, same first batch: the two recipes must agree on the step-1 loss. Two records compared: it runs
+# where Snakemake runs (a cluster job would cost more than the work).
+localrules:
+    compare_recipes,
+
+
 rule compare_recipes:
     input:
         train_hf="results/train_hf/summary.json",
@@ -77,8 +82,6 @@ rule compare_recipes:
         "benchmarks/compare_recipes.tsv"
     conda:
         SOFTWARE_ENV
-    resources:
-        **get_small_resources(),
     params:
         tolerance=config["training"]["recipe_agreement_tolerance"],
         backend=BACKEND,
@@ -97,9 +100,9 @@ rule export_reload:
         weights="results/fetch_weights/summary.json",
         hf="results/train_hf/run",
         native="results/train_native/run",
-        # The runs as measured, export folders included: a re-judged run is the same export.
-        hf_measured="results/train_hf/measured.json",
-        native_measured="results/train_native/measured.json",
+        # The judged runs: only a run that passed its checks is exported; each summary names its export folder.
+        hf_summary="results/train_hf/summary.json",
+        native_summary="results/train_native/summary.json",
     output:
         hf=directory("results/export_reload/hf"),
         native=directory("results/export_reload/native"),

@@ -7,7 +7,7 @@ from qwen3_pilot.training import recorded_export_dir
 with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
     run(
         exports={
-            recipe: recorded_export_dir(Path(snakemake.input[f"{recipe}_measured"])) for recipe in ("hf", "native")
+            recipe: recorded_export_dir(Path(snakemake.input[f"{recipe}_summary"])) for recipe in ("hf", "native")
         },
         checkpoint_dir=Path(snakemake.input.checkpoint),
         out_root=Path(snakemake.output.summary).parent,

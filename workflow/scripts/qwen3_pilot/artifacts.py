@@ -133,22 +133,17 @@ def recorded_digest(path: Path) -> str | None:
     return recorded.read_text().split()[0] if recorded.is_file() else None
 
 
-# The records in which a stage lists its artifacts with their sha256: a stage's summary, and a training stage's
-# measurement before it is judged (summary.MEASURED_FILE).
-PRODUCER_RECORDS = ("summary.json", "measured.json")
-
-
 def custody_problems(consumed: Iterable[str | Path]) -> list[str]:
     """Chain of custody: each consumed file that a producing stage recorded must still have the sha256 it
-    recorded. Producers are the stage records among `consumed` (a job's inputs: PRODUCER_RECORDS); a record's
-    artifacts are checked where they are consumed files or lie in consumed folders. Every other consumed file under
+    recorded. Producers are the stage summaries among `consumed` (a job's inputs); a summary's artifacts are
+    checked where they are consumed files or lie in consumed folders. Every other consumed file under
     results/ (the summaries themselves, the pin stamps) is held to the sha256 recorded beside it, which must
     exist. Paths are the workflow folder's."""
     # Resolved, so that a producer that recorded absolute paths is held to its record as well.
     named = {Path(p).resolve(): str(p) for p in consumed}
     consumed = list(named)
-    summaries = [p for p in consumed if p.name in PRODUCER_RECORDS]
-    files = [p for p in consumed if p.name not in PRODUCER_RECORDS]
+    summaries = [p for p in consumed if p.name == "summary.json"]
+    files = [p for p in consumed if p.name != "summary.json"]
     problems, covered = [], set()
     for summary_path in summaries:
         summary = json.loads(summary_path.read_text())

@@ -232,9 +232,9 @@ def export_dir(run_dir: Path, steps: int) -> Path:
     return run_dir / "checkpoint" / f"step-{steps}"
 
 
-def recorded_export_dir(measured_path: Path) -> Path:
-    """The export folder a training stage recorded in its measured.json (stages/train.py)."""
-    return Path(json.loads(Path(measured_path).read_text())["figures"]["export_dir"])
+def recorded_export_dir(record_path: Path) -> Path:
+    """The export folder a training stage recorded (stages/train.py), read from its measured.json or summary.json."""
+    return Path(json.loads(Path(record_path).read_text())["figures"]["export_dir"])
 
 
 def export_files(run_dir: Path, steps: int) -> list[Path]:
