@@ -106,11 +106,11 @@ def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, sett
     monkeypatch.setattr(stage, "read_checkpoint_values", lambda path: {"vocab_size": 256})
     launched = {}
 
-    def fake_launch(what, backend, *, run_dir, extra_env, launch_name, overrides, recipe_path, **kwargs):
+    def fake_launch(what, backend, trainer, *, run_dir, extra_env, launch_name, recipe_path, **kwargs):
         variant = run_dir.name
+        trainer.write(recipe_path)  # as training.launch_and_read does
         cache = Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]).parent if extra_env else None
-        launched[launch_name] = {"overrides": overrides, "env": extra_env,
-                                 "recipe": json.loads(recipe_path.read_text()),
+        launched[launch_name] = {"env": extra_env, "recipe": dataclasses.asdict(trainer),
                                  "cache_files": sorted(p.name for p in cache.rglob("*")) if cache else None}
         if variant == "compiled_cold":
             (Path(extra_env["TORCHINDUCTOR_CACHE_DIR"]) / "graph").parent.mkdir(parents=True, exist_ok=True)
@@ -147,11 +147,12 @@ def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster
     summary, launched = run_stage(tmp_path, monkeypatch)
     assert set(launched) == {"train_native-eager", "train_native-compiled_cold", "train_native-compiled_warm",
                              "moe_reduced-eager", "moe_reduced-plain"}
-    assert launched["train_native-compiled_cold"]["overrides"][-3:] == (
-        "--compile.enable", "--compile.backend", "inductor")
+    assert launched["train_native-compiled_cold"]["recipe"]["compile_backend"] == "inductor"
+    assert all(not run["recipe"]["use_checkpoint"] for run in launched.values())  # random init, nothing saved
     assert launched["train_native-eager"]["env"] == {} and launched["train_native-eager"]["recipe"]["steps"] == 5
-    assert launched["moe_reduced-plain"]["recipe"]["replacements"] == []
-    assert launched["moe_reduced-eager"]["recipe"]["replacements"] == [ROPE]
+    assert launched["moe_reduced-plain"]["recipe"]["replacements"] == ()
+    assert launched["moe_reduced-eager"]["recipe"]["replacements"] == (ROPE,)
+    assert launched["train_native-eager"]["recipe"]["compile_backend"] is None
     figures = summary["figures"]
     [compiled] = figures["compile"]
     assert compiled["time_to_step1_s_cold"] == pytest.approx(30.0) and not compiled["warm_below_cold"]

@@ -98,23 +98,17 @@ def relative(new: float, old: float) -> float | None:
 
 # ---- one run's figures, and the comparisons between runs ----
 
-# A benchmark run needs no checkpoint: random init computes the same step as the fetched weights, and
-# saving an export would add its time to the last step.
-RUN_OVERRIDES = ("--checkpoint.no-enable",)
-
-
 def variants(
     recipe: str, rules: list[dict[str, str]], settings: dict[str, Any], compile_backend: str
-) -> list[tuple[str, list, tuple]]:
-    """The runs of one benchmarked recipe: (name, kernel replacements, extra torchtitan flags). Eager with
-    the recipe's kernel replacements; plain without them, when it has any; compiled with a cold and then a
-    warm compile cache, for the compile recipes. Used by the stage and by the preflight."""
-    runs = [("eager", rules, ())]
+) -> list[tuple[str, list, str | None]]:
+    """The runs of one benchmarked recipe: (name, kernel replacements, torch.compile backend or None for eager).
+    Eager with the recipe's kernel replacements; plain without them, when it has any; compiled with a cold and
+    then a warm compile cache, for the compile recipes. Used by the stage and by the preflight."""
+    runs: list[tuple[str, list, str | None]] = [("eager", rules, None)]
     if rules:
-        runs.append(("plain", [], ()))
+        runs.append(("plain", [], None))
     if recipe in settings["compile_recipes"]:
-        flags = ("--compile.enable", "--compile.backend", compile_backend)
-        runs += [("compiled_cold", rules, flags), ("compiled_warm", rules, flags)]
+        runs += [("compiled_cold", rules, compile_backend), ("compiled_warm", rules, compile_backend)]
     return runs
 
 

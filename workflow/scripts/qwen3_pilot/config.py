@@ -135,7 +135,7 @@ def is_pinned_revision(revision: str) -> bool:
     return re.fullmatch(r"[0-9a-f]{40}", revision) is not None
 
 
-# What every trainer run reads of config `training` (training.write_recipe).
+# What every trainer run reads of config `training` (training.trainer_run).
 TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "seed", "lr", "warmup_steps",
                 "mixed_precision_param", "export_dtype", "attention")
 # The stages whose runs are judged by the loaded-weights gate (its thresholds are theirs only).

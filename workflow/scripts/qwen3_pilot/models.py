@@ -66,9 +66,9 @@ def use_sdpa(model) -> None:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
 
 
-def set_attention(model, recipe: dict[str, Any]) -> None:
+def set_attention(model, attention: str) -> None:
     """config training.attention: "sdpa" (every backend's default) or torchtitan's own "flex"."""
-    if recipe["attention"] == "sdpa":
+    if attention == "sdpa":
         use_sdpa(model)
 
 

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-ROUTER_LOAD_FILE = "router_load.jsonl"  # written by titan_metrics.recording_router_load, at the recipe's path
 STAGE = "moe_reduced"
 
 

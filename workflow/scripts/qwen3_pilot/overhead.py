@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from .launch import how_it_ended
-from .training import LAUNCH_RECORD, relaunch
+from .trainer_run import LAUNCH_RECORD
+from .training import relaunch
 
 LIMIT_PCT = 5.0
 # `snakemake -n` on a finished run: the parse and the plan, no job (the brief's "well under 3 s").

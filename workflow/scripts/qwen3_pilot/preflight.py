@@ -96,37 +96,39 @@ def checkpoint_stand_in(work: Path, config_json: Path) -> Path:
 
 
 def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path) -> dict[str, Path]:
-    """The recipe JSON each neuron training stage would write, with the trn2 config's values."""
-    from .moe import ROUTER_LOAD_FILE, model_spec
+    """The TrainerRun each neuron training stage would write, with the trn2 config's values."""
+    from .moe import model_spec
     from .parity import read_checkpoint_values
-    from .training import write_recipe
+    from .trainer_run import PARITY_FILE, ROUTER_LOAD_FILE
+    from .training import trainer_run
 
     peak = backend.peak_flops_per_rank
     paths = {}
     for stage in ("train_native", "train_hf", "moe_reduced"):
         folder = work / stage
         folder.mkdir(parents=True, exist_ok=True)
-        rules = stage_kernel_rules(config, stage)
-        extra: dict[str, Any] = {}
+        trainer = trainer_run(
+            stage=stage, backend=backend, checkpoint=checkpoint, corpus_dir=work / "corpus",
+            dataset=config["data"]["dataset"], training=stage_training(config, stage), peak_flops_per_rank=peak,
+            parity_path=folder / PARITY_FILE, replacements=stage_kernel_rules(config, stage),
+            lnc=config["neuron"]["lnc"],
+        )
         if stage == "moe_reduced":
             vocab = read_checkpoint_values(checkpoint)["vocab_size"]
-            extra = {
-                "moe": model_spec(config["moe"], config["moe"]["width"], vocab, config["training"]["seq_len"]),
-                "router_load_path": str((folder / "run" / ROUTER_LOAD_FILE).resolve()),
-            }
+            trainer = trainer.replace(
+                use_checkpoint=False,
+                moe=model_spec(config["moe"], config["moe"]["width"], vocab, config["training"]["seq_len"]),
+                router_load_path=str((folder / "run" / ROUTER_LOAD_FILE).resolve()),
+            )
         paths[stage] = folder / "recipe.json"
-        write_recipe(
-            paths[stage], stage=stage, backend=backend, checkpoint=checkpoint, corpus_dir=work / "corpus",
-            dataset=config["data"]["dataset"], training=stage_training(config, stage), peak_flops_per_rank=peak,
-            parity_path=folder / "parity.json", replacements=rules, lnc=config["neuron"]["lnc"], **extra,
-        )
+        trainer.write(paths[stage])
     return paths
 
 
 def build_recipe(recipe_path: Path, config_function: str):
     """The recipe's torchtitan Trainer.Config, from the recipes' own config function."""
     from .in_ranks import recipes
-    from .training import RECIPE_ENV
+    from .trainer_run import RECIPE_ENV
 
     previous = os.environ.get(RECIPE_ENV)
     os.environ[RECIPE_ENV] = str(recipe_path)
@@ -181,13 +183,14 @@ def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
     difference with its `reasons` entry."""
     from .models import hf_model_values
     from .parity import parity_table, read_checkpoint_values
+    from .trainer_run import TrainerRun
 
     trainer = build_recipe(recipe_path, "qwen3_hf")
-    recipe = json.loads(recipe_path.read_text())
+    recipe = TrainerRun.read(recipe_path)
     model_config = copy.deepcopy(trainer.model_spec.model)
     model_config.update_from_config(config=trainer)
-    hf = read_checkpoint_values(Path(recipe["checkpoint"]))
-    accepted = {field: reasons[field] for field in recipe["accepted_differences"]}
+    hf = read_checkpoint_values(Path(recipe.checkpoint))
+    accepted = {field: reasons[field] for field in recipe.accepted_differences}
     rows, problems = parity_table(hf_model_values(model_config), hf, accepted)
     if problems:
         raise PreflightError("train_hf: the model differs from config.json:\n  - " + "\n  - ".join(problems))
@@ -250,7 +253,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
     not neuron.lnc)."""
     from .backends.neuron import launch_environment_problems
     from .ranks import rank_worker_command
-    from .training import CONFIG_FUNCTIONS, CONTROL_OVERRIDES, PLAIN_RECIPE, trainer_launch
+    from .training import CONFIG_FUNCTIONS, CONTROL_RECIPE, PLAIN_RECIPE, trainer_launch
 
     problems = launch_environment_problems(config)
     if problems:
@@ -269,19 +272,19 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
         "command": [python, str(project / "workflow" / "scripts" / "kernel_numerics.py")],
         "env": backend.device_process_env,
     }]
+    # Each launch's own settings beside the stage's recipe (every setting reaches the ranks in its TrainerRun file).
     for stage in ("train_native", "train_hf", "moe_reduced"):
-        kinds = [("run", (), "recipe.json")]
+        kinds = [("run", "recipe.json", {"use_checkpoint": stage != "moe_reduced"})]
         if stage != "moe_reduced":
-            kinds.append(("control", CONTROL_OVERRIDES, "recipe.json"))
+            kinds.append(("control", CONTROL_RECIPE, {"use_checkpoint": False, "steps": 1}))
         if stage_kernel_rules(config, stage):
-            kinds.append(("plain", (), PLAIN_RECIPE))
-        for kind, overrides, recipe in kinds:
+            kinds.append(("plain", PLAIN_RECIPE, {"replacements": []}))
+        for kind, recipe, settings in kinds:
             command, env = trainer_launch(
                 backend, backend.ranks_per_node, CONFIG_FUNCTIONS[stage], results / stage / recipe,
-                results / stage / kind, overrides, python,
-                rank_log_dir=backend.rank_log_dir(logs / stage / f"{stage}.log", kind),
+                results / stage / kind, python, rank_log_dir=backend.rank_log_dir(logs / stage / f"{stage}.log", kind),
             )
-            launches.append({"stage": stage, "launch": kind, "command": command, "env": env})
+            launches.append({"stage": stage, "launch": kind, "command": command, "env": env, "run": settings})
     launches += benchmark_launches(config, backend, results, logs)
     return launches
 
@@ -289,23 +292,24 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
 def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Path) -> list[dict[str, Any]]:
     """The benchmark stage's launches: per recipe and run, with the compile backend and the fresh compile
     cache folder of each measurement that compiles (the eager one too on neuron)."""
-    from .benchmark import RUN_OVERRIDES, compile_cache_folder, run_paths, variants
+    from .benchmark import compile_cache_folder, run_paths, variants
     from .training import CONFIG_FUNCTIONS, trainer_launch
 
     launches = []
     runs_dir = results / "benchmark" / "runs"
     for recipe in config["benchmark"]["recipes"]:
         rules = stage_kernel_rules(config, recipe)
-        for variant, _, flags in variants(recipe, rules, config["benchmark"], backend.compile_backend):
+        for variant, replaced, compile_backend in variants(recipe, rules, config["benchmark"], backend.compile_backend):
             recipe_path, run_dir, launch_name = run_paths(runs_dir, recipe, variant)
             cache = compile_cache_folder(run_dir.parent, variant, backend.eager_compiles)
             command, env = trainer_launch(
-                backend, backend.ranks_per_node, CONFIG_FUNCTIONS[recipe], recipe_path, run_dir,
-                (*RUN_OVERRIDES, *flags), sys.executable,
+                backend, backend.ranks_per_node, CONFIG_FUNCTIONS[recipe], recipe_path, run_dir, sys.executable,
                 rank_log_dir=backend.rank_log_dir(logs / "benchmark" / "benchmark.log", launch_name),
                 extra_env=backend.compile_cache_env(cache) if cache else None,
             )
-            launches.append({"stage": "benchmark", "launch": f"{recipe} {variant}", "command": command, "env": env})
+            settings = {"use_checkpoint": False, "compile_backend": compile_backend, "replacements": replaced}
+            launches.append({"stage": "benchmark", "launch": f"{recipe} {variant}", "command": command, "env": env,
+                             "run": settings})
     return launches
 
 

@@ -88,10 +88,6 @@ class StageRecord:
         return payload
 
 
-# A measuring stage's record before it is judged (rule judge_training turns it into the stage's summary).
-MEASURED_FILE = "measured.json"
-
-
 @dataclass(kw_only=True)
 class StageMeasurement(StageRecord):
     """What a measuring stage ran and measured, with no verdict: measured.json, which judge_training holds to

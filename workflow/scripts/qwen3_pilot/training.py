@@ -21,12 +21,13 @@ from .backends import Backend
 from .config import recipe_key
 from .launch import Launch, failure_cause, how_it_ended, run_torchrun, stop_orphans
 from .summary import record_measured
+from .trainer_run import LAUNCH_RECORD, METRICS_FILE, RECIPE_ENV, TrainerRun, export_dir
 
 CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
-CONTROL_OVERRIDES = ("--checkpoint.no-enable", "--training.steps", "1")
-RECIPE_ENV = "QWEN3_PILOT_RECIPE"  # recipes.py reads the recipe JSON named here
-LAUNCH_RECORD = "launch.json"
-METRICS_FILE = "metrics.jsonl"  # written by titan_metrics.JsonlLogger in the trainer processes
+# Beside a stage's recipe.json (its TrainerRun): the same run without kernel replacements, and the random-init
+# control.
+PLAIN_RECIPE = "recipe.plain.json"
+CONTROL_RECIPE = "recipe.control.json"
 
 # torchtitan's metric names -> the names in the stage's per-step table.
 STEP_METRICS = {
@@ -45,41 +46,42 @@ class TrainingError(RuntimeError):
     pass
 
 
-def write_recipe(
-    path: Path, *, stage: str, backend: Backend, checkpoint: Path, corpus_dir: Path, dataset: str,
-    training: dict[str, Any], peak_flops_per_rank: float, parity_path: Path,
-    replacements: list[dict[str, str]] = (), lnc: int | None = None, **extra: Any,
-) -> dict[str, Any]:
-    """The settings recipes.py reads in every trainer process (QWEN3_PILOT_RECIPE); `extra` holds a
-    recipe's own keys."""
-    recipe = {
-        "stage": stage,
-        "backend": backend.name,
-        "checkpoint": str(checkpoint.resolve()),
-        "dataset": dataset,
-        "dataset_path": str(corpus_dir.resolve()),
-        "steps": training["steps"],
-        "seq_len": training["seq_len"],
-        "local_batch_size": training["local_batch_size"],
-        "global_batch_size": training["global_batch_size"],
-        "seed": training["seed"],
-        "lr": training["lr"],
-        "warmup_steps": training["warmup_steps"],
-        "mixed_precision_param": training["mixed_precision_param"],
-        "export_dtype": training["export_dtype"],
-        "native_flavor": training.get("native_flavor"),  # the native recipe's only (config.stage_training)
-        "attention": training["attention"],
+def trainer_run(
+    *, stage: str, backend: Backend, checkpoint: Path, corpus_dir: Path, dataset: str, training: dict[str, Any],
+    peak_flops_per_rank: float, parity_path: Path, replacements: list[dict[str, str]] = (), lnc: int | None = None,
+) -> TrainerRun:
+    """The run a stage asks its ranks for, from its part of config `training` (config.stage_training); a recipe's
+    own settings (the reduced MoE's spec, a control's random init) are laid over it with TrainerRun.replace."""
+    return TrainerRun(
+        stage=stage,
+        backend=backend.name,
+        checkpoint=str(checkpoint.resolve()),
+        dataset=dataset,
+        dataset_path=str(corpus_dir.resolve()),
+        steps=training["steps"],
+        seq_len=training["seq_len"],
+        local_batch_size=training["local_batch_size"],
+        global_batch_size=training["global_batch_size"],
+        seed=training["seed"],
+        lr=training["lr"],
+        warmup_steps=training["warmup_steps"],
+        mixed_precision_param=training["mixed_precision_param"],
+        export_dtype=training["export_dtype"],
+        native_flavor=training.get("native_flavor"),  # the native recipe's only (config.stage_training)
+        attention=training["attention"],
         # Only the fields: the ranks refuse any other difference; the reasons are the judge's (judge_training).
-        "accepted_differences": sorted(training["accepted_differences"].get(recipe_key(stage), [])),
-        "peak_flops_per_rank": peak_flops_per_rank,
-        "parity_path": str(parity_path.resolve()),
+        accepted_differences=tuple(sorted(training["accepted_differences"].get(recipe_key(stage), []))),
+        peak_flops_per_rank=peak_flops_per_rank,
+        parity_path=str(parity_path.resolve()),
         # Kernel replacements (config kernels.<stage>) and the LNC whose kernel rules they enforce.
-        "replacements": list(replacements),
-        "lnc": lnc,
-        **extra,
-    }
-    write_json(path, recipe)
-    return recipe
+        replacements=tuple(replacements),
+        lnc=lnc,
+    )
+
+
+def control_run(run: TrainerRun) -> TrainerRun:
+    """The random-init control of `run`: the same recipe and first batch, no checkpoint loaded, one step."""
+    return run.replace(use_checkpoint=False, steps=1)
 
 
 def clear_run_dir(run_dir: Path) -> None:
@@ -95,14 +97,13 @@ def clear_run_dir(run_dir: Path) -> None:
 
 def trainer_launch(
     backend: Backend, nproc: int, config_function: str, recipe_path: Path, run_dir: Path,
-    overrides: tuple[str, ...] = (), python: str = sys.executable, rank_log_dir: Path | None = None,
-    extra_env: dict[str, str] | None = None,
+    python: str = sys.executable, rank_log_dir: Path | None = None, extra_env: dict[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The torchrun command of one trainer launch and the environment it adds (the preflight prints these)."""
+    """The torchrun command of one trainer launch and the environment it adds (the preflight prints these). Every
+    setting is in the TrainerRun at `recipe_path`; the command names only the recipe function and the folder."""
     command = backend.torchrun_command(
         python, nproc, "qwen3_pilot.in_ranks.train_entry",
-        ["--module", "qwen3_pilot.in_ranks.recipes", "--config", config_function, "--dump_folder", str(run_dir),
-         *overrides],
+        ["--module", "qwen3_pilot.in_ranks.recipes", "--config", config_function, "--dump_folder", str(run_dir)],
         rank_log_dir=rank_log_dir,
     )
     return command, {**backend.launcher_env, **(extra_env or {}), RECIPE_ENV: str(recipe_path.resolve())}
@@ -110,25 +111,20 @@ def trainer_launch(
 
 def launch(
     backend: Backend, *, nproc: int, config_function: str, recipe_path: Path, run_dir: Path,
-    log_path: Path, overrides: tuple[str, ...] = (), python: str = sys.executable,
-    extra_env: dict[str, str] | None = None, launch_name: str | None = None,
+    log_path: Path, python: str = sys.executable, extra_env: dict[str, str] | None = None,
+    launch_name: str | None = None,
 ) -> Launch:
     """One trainer launch into an empty `run_dir`, recorded there (launch.json); its ranks' logs go to
     logs/<stage>/ranks/<launch_name> (default: the run folder's name)."""
     clear_run_dir(run_dir)
     rank_logs = backend.rank_log_dir(log_path, launch_name or run_dir.name)
     command, added_env = trainer_launch(
-        backend, nproc, config_function, recipe_path, run_dir, overrides, python, rank_log_dir=rank_logs,
-        extra_env=extra_env,
+        backend, nproc, config_function, recipe_path, run_dir, python, rank_log_dir=rank_logs, extra_env=extra_env,
     )
     result = run_torchrun(command, added_env, log_path=log_path, pid_dir=run_dir, rank_log_dir=rank_logs)
     write_json(run_dir / LAUNCH_RECORD, {"command": command, "env": added_env, "returncode": result.returncode,
                                          "wall_s": result.wall_s, "started_at": result.started_at})
     return result
-
-
-# Recipe keys naming files the ranks write beside the dump folder (the parity table; the MoE's router load).
-RANK_OUTPUT_KEYS = ("parity_path", "router_load_path")
 
 
 def relaunch(
@@ -137,16 +133,16 @@ def relaunch(
 ) -> Launch:
     """A trainer launch a stage recorded (results/<stage>/<name>/launch.json) run again by hand with the stages'
     own launcher, its dump folder, rank logs, recipe and parity table moved to `scratch` so that the stage's
-    outputs stay as Snakemake wrote them: `recipe_changes` over the recorded recipe (e.g. {"steps": 1}),
+    outputs stay as Snakemake wrote them: `recipe_changes` over the recorded TrainerRun (e.g. {"steps": 1}),
     `added_env` over the recorded environment."""
     record = json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())
-    recipe = json.loads(Path(record["env"][RECIPE_ENV]).read_text())
+    run = TrainerRun.read(Path(record["env"][RECIPE_ENV]))
     # Every file the ranks write outside the dump folder, moved too: the stage's own stay as it recorded them.
-    written = {key: str(scratch / Path(recipe[key]).name) for key in RANK_OUTPUT_KEYS if recipe.get(key)}
-    recipe = {**recipe, **written, **(recipe_changes or {})}
+    moved = {key: str(scratch / Path(getattr(run, key)).name) for key in TrainerRun.RANK_OUTPUTS if getattr(run, key)}
+    run = run.replace(**moved, **(recipe_changes or {}))
     scratch.mkdir(parents=True, exist_ok=True)
     recipe_path = scratch / "recipe.json"
-    write_json(recipe_path, recipe)
+    run.write(recipe_path)
     command = list(record["command"])
     command[command.index("--dump_folder") + 1] = str(scratch / name)
     # torchrun's --log-dir (every backend sets one), moved too: its error files name a failing rank.
@@ -227,11 +223,6 @@ def loaded_weights_gate(
     return figures, problems
 
 
-def export_dir(run_dir: Path, steps: int) -> Path:
-    """Where torchtitan's last_save_in_hf writes the Hugging Face export of step `steps`."""
-    return run_dir / "checkpoint" / f"step-{steps}"
-
-
 def recorded_export_dir(record_path: Path) -> Path:
     """The export folder a training stage recorded (stages/train.py), read from its measured.json or summary.json."""
     return Path(json.loads(Path(record_path).read_text())["figures"]["export_dir"])
@@ -257,26 +248,24 @@ def ranks_peak_flops(ranks_summary: Path) -> float:
 
 
 def launch_and_read(
-    what: str, backend: Backend, *, config_function: str, recipe_path: Path, run_dir: Path, log_path: Path,
-    parity_path: Path, expected_steps: int, overrides: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
-    launch_name: str | None = None,
+    what: str, backend: Backend, trainer: TrainerRun, *, config_function: str, recipe_path: Path, run_dir: Path,
+    log_path: Path, extra_env: dict[str, str] | None = None, launch_name: str | None = None,
 ) -> tuple[Launch, list[dict[str, Any]]]:
-    """One launch on every rank, failed with its reason, and its per-step metrics checked."""
-    run = launch(
+    """`trainer` written to `recipe_path` and launched on every rank, failed with its reason, its per-step metrics
+    checked against its steps."""
+    trainer.write(recipe_path)
+    result = launch(
         backend, nproc=backend.ranks_per_node, config_function=config_function, recipe_path=recipe_path,
-        run_dir=run_dir, log_path=log_path, overrides=overrides, extra_env=extra_env, launch_name=launch_name,
+        run_dir=run_dir, log_path=log_path, extra_env=extra_env, launch_name=launch_name,
     )
-    if run.returncode != 0:
-        raise launch_failure(what, run, parity_path)
+    if result.returncode != 0:
+        raise launch_failure(what, result, Path(trainer.parity_path))
     steps = read_steps(run_dir / METRICS_FILE)
-    check_steps(steps, expected_steps, run_dir / METRICS_FILE)
-    return run, steps
+    check_steps(steps, trainer.steps, run_dir / METRICS_FILE)
+    return result, steps
 
 
 # ---- kernel replacements in training: the launch log's lines, and the same run without them ----
-
-PLAIN_RECIPE = "recipe.plain.json"
-
 
 def replacement_check(stage: str, run: Launch, rules: list[dict[str, str]], n_layers: int) -> dict[str, Any]:
     """Exactly one replacement line per targeted layer for each configured kernel in this launch's own
@@ -328,25 +317,23 @@ def loss_agreement(
 
 
 def replaced_and_plain(
-    stage: str, backend: Backend, *, config_function: str, recipe: dict[str, Any], recipe_path: Path, run: Launch,
-    steps: list[dict[str, Any]], plain_dir: Path, log_path: Path, parity_path: Path, rules: list[dict[str, str]],
-    n_layers: int,
+    stage: str, backend: Backend, trainer: TrainerRun, *, config_function: str, recipe_path: Path, run: Launch,
+    steps: list[dict[str, Any]], plain_dir: Path, log_path: Path, n_layers: int,
 ) -> dict[str, Any] | None:
     """With replacements configured: the launch log's count, then the same recipe without them (same seed,
-    weights and batches), its per-step metrics as `plain_steps` for the judge (replaced_against_plain). None
+    weights and batches: `trainer` without its replacements), its per-step metrics as `plain_steps` for the judge
+    (replaced_against_plain). None
     without replacements (the plain folder stays empty)."""
     plain_recipe = recipe_path.with_name(PLAIN_RECIPE)
-    if not rules:
+    if not trainer.replacements:
         # Nothing of an earlier run with replacements may outlive it.
         plain_recipe.unlink(missing_ok=True)
         clear_run_dir(plain_dir)
         return None
-    figures = replacement_check(stage, run, rules, n_layers)
-    write_json(plain_recipe, {**recipe, "replacements": []})
+    figures = replacement_check(stage, run, list(trainer.replacements), n_layers)
     plain_run, plain_steps = launch_and_read(
-        f"{stage} (plain, no kernel replacements)", backend, config_function=config_function,
-        recipe_path=plain_recipe, run_dir=plain_dir, log_path=log_path, parity_path=parity_path,
-        expected_steps=len(steps),
+        f"{stage} (plain, no kernel replacements)", backend, trainer.replace(replacements=()),
+        config_function=config_function, recipe_path=plain_recipe, run_dir=plain_dir, log_path=log_path,
     )
     return {**figures, "plain_steps": plain_steps, "plain_launch_wall_s": round(plain_run.wall_s, 2)}
 

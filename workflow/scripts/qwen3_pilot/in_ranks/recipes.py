@@ -3,19 +3,17 @@
     torchrun ... -m qwen3_pilot.in_ranks.train_entry --module qwen3_pilot.in_ranks.recipes --config qwen3_native \
         --dump_folder RUN [torchtitan overrides]
 
-Both read their settings (checkpoint, corpus, steps, batch, MFU peak ...) from the JSON file named by
-QWEN3_PILOT_RECIPE, which the training stage writes; launching by hand needs only that file. They run
-inside every trainer process, so they import torch and torchtitan freely.
+Each reads every setting (checkpoint, corpus, steps, batch, MFU peak, random init, compile ...) from the
+TrainerRun (trainer_run.py) in the file named by QWEN3_PILOT_RECIPE, which the training stage writes; launching
+by hand needs only that file. They run inside every trainer process, so they import torch and torchtitan freely.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 from ..models import (
     hf_model_values,
@@ -25,22 +23,22 @@ from ..models import (
     set_attention,
 )
 from ..parity import check_parity, read_checkpoint_values
-from ..training import RECIPE_ENV
+from ..trainer_run import RECIPE_ENV, TrainerRun
 
 
-def load_recipe() -> dict[str, Any]:
+def load_recipe() -> TrainerRun:
     path = os.environ.get(RECIPE_ENV)
     if not path:
         raise RuntimeError(f"{RECIPE_ENV} is not set: it names the recipe JSON the training stage writes")
-    return json.loads(Path(path).read_text())
+    return TrainerRun.read(Path(path))
 
 
 def _is_rank_zero() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def _parity_out(recipe: dict[str, Any]) -> Path | None:
-    return Path(recipe["parity_path"]) if _is_rank_zero() else None
+def _parity_out(recipe: TrainerRun) -> Path | None:
+    return Path(recipe.parity_path) if _is_rank_zero() else None
 
 
 # ---- native: torchtitan's own Qwen3 model, sized from config.json ----
@@ -65,15 +63,15 @@ def use_sdpa_in_hf_backend() -> None:
     hf_backend.HFTransformerModel.get_attention_masks = lambda self, positions: None
 
 
-def native_model_spec(recipe: dict[str, Any]):
+def native_model_spec(recipe: TrainerRun):
     """torchtitan's Qwen3 ModelSpec (parallelize fn, HF state-dict adapter) around the checkpoint's model,
     or around a registered flavor when the config names one; checked field by field against config.json."""
     from torchtitan.models.qwen3 import model_registry
 
     from ..replacement import apply_converters
 
-    hf = read_checkpoint_values(Path(recipe["checkpoint"]))
-    flavor = recipe.get("native_flavor")
+    hf = read_checkpoint_values(Path(recipe.checkpoint))
+    flavor = recipe.native_flavor
     converters = recipe_converters(recipe)
     if flavor:
         base = model_registry(flavor, converters=converters)
@@ -81,30 +79,30 @@ def native_model_spec(recipe: dict[str, Any]):
     else:
         base = model_registry("32B")
         model = apply_converters(native_model_from_checkpoint(hf), converters)
-    set_attention(model, recipe)
-    check_parity("train_native", native_model_values(model), hf, dict.fromkeys(recipe["accepted_differences"]),
+    set_attention(model, recipe.attention)
+    check_parity("train_native", native_model_values(model), hf, dict.fromkeys(recipe.accepted_differences),
                  _parity_out(recipe))
-    return dataclasses.replace(base, flavor=flavor or f"checkpoint:{Path(recipe['checkpoint']).name}", model=model)
+    return dataclasses.replace(base, flavor=flavor or f"checkpoint:{Path(recipe.checkpoint).name}", model=model)
 
 
-def recipe_converters(recipe: dict[str, Any]) -> list:
+def recipe_converters(recipe: TrainerRun) -> list:
     """The kernel replacements the recipe names (config key kernels.<stage>), as torchtitan converters."""
     from ..replacement import kernel_converters
 
-    return kernel_converters(recipe.get("replacements", []), recipe.get("lnc"))
+    return kernel_converters(recipe.replacements, recipe.lnc)
 
 
 # ---- Transformers backend: the HF model class built by Transformers v5 from config.json ----
 
 
-def check_hf_backend_build(recipe: dict[str, Any]) -> None:
+def check_hf_backend_build(recipe: TrainerRun) -> None:
     """Wraps the HF backend's init_states: after torchtitan built and materialised the model, recompute
     the rotary buffers (see below) and check what was built against config.json, before any training."""
     import torch
     import torchtitan.experiments.transformers_modeling_backend.model as hf_backend
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    hf = read_checkpoint_values(Path(recipe["checkpoint"]))
+    hf = read_checkpoint_values(Path(recipe.checkpoint))
     init_states = hf_backend.HFTransformerModel.init_states
 
     def checked_init_states(self, *, buffer_device=None):
@@ -126,7 +124,7 @@ def check_hf_backend_build(recipe: dict[str, Any]) -> None:
                 if hasattr(module, "original_inv_freq"):
                     module.original_inv_freq.copy_(inv_freq.to(module.original_inv_freq.dtype))
                 module.attention_scaling = scaling
-        check_parity("train_hf", hf_model_values(self.model.config), hf, dict.fromkeys(recipe["accepted_differences"]),
+        check_parity("train_hf", hf_model_values(self.model.config), hf, dict.fromkeys(recipe.accepted_differences),
                      _parity_out(recipe))
 
     hf_backend.HFTransformerModel.init_states = checked_init_states
@@ -135,7 +133,7 @@ def check_hf_backend_build(recipe: dict[str, Any]) -> None:
 # ---- what both recipes share ----
 
 
-def _shared(config, recipe: dict[str, Any]):
+def _shared(config, recipe: TrainerRun):
     from torchtitan.components.optimizer import default_adamw
     from torchtitan.config import TrainingConfig
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
@@ -146,36 +144,40 @@ def _shared(config, recipe: dict[str, Any]):
     # Each from wherever this torchtitan keeps it (upstream moved both in August 2026).
     CheckpointManager, LRSchedulersContainer = import_home(CHECKPOINT_MANAGER), import_home(LR_SCHEDULERS)  # noqa: N806
 
-    config.hf_assets_path = recipe["checkpoint"]  # tokenizer.json + tokenizer_config.json
-    config.dataloader = HuggingFaceTextDataLoader.Config(dataset=recipe["dataset"], dataset_path=recipe["dataset_path"])
+    config.hf_assets_path = recipe.checkpoint  # tokenizer.json + tokenizer_config.json
+    config.dataloader = HuggingFaceTextDataLoader.Config(dataset=recipe.dataset, dataset_path=recipe.dataset_path)
     config.training = TrainingConfig(
-        local_batch_size=recipe["local_batch_size"],
-        global_batch_size=recipe["global_batch_size"],
-        seq_len=recipe["seq_len"],
-        steps=recipe["steps"],
-        mixed_precision_param=recipe["mixed_precision_param"],
+        local_batch_size=recipe.local_batch_size,
+        global_batch_size=recipe.global_batch_size,
+        seq_len=recipe.seq_len,
+        steps=recipe.steps,
+        mixed_precision_param=recipe.mixed_precision_param,
         disable_cuda_graphs=True,
     )
     config.parallelism.data_parallel_shard_degree = -1  # FSDP over every rank
     config.parallelism.tensor_parallel_degree = 1
-    config.optimizer = default_adamw(lr=recipe["lr"])
+    config.optimizer = default_adamw(lr=recipe.lr)
     config.lr_scheduler = LRSchedulersContainer.Config(
-        warmup_steps=recipe["warmup_steps"], decay_ratio=0.8, decay_type="linear", min_lr_factor=0.0
+        warmup_steps=recipe.warmup_steps, decay_ratio=0.8, decay_type="linear", min_lr_factor=0.0
     )
     config.checkpoint = CheckpointManager.Config(
-        enable=True,
-        interval=recipe["steps"],
-        initial_load_path=recipe["checkpoint"],
+        # Off: random init, nothing saved or exported (the control run, the benchmark, the reduced MoE).
+        enable=recipe.use_checkpoint,
+        interval=recipe.steps,
+        initial_load_path=recipe.checkpoint,
         initial_load_in_hf=True,
         initial_load_model_only=True,
         last_save_in_hf=True,
         last_save_model_only=True,
-        export_dtype=recipe["export_dtype"],
+        export_dtype=recipe.export_dtype,
     )
     config.metrics = JsonlMetricsProcessor.Config(
-        log_freq=1, peak_flops=recipe["peak_flops_per_rank"], enable_tensorboard=False
+        log_freq=1, peak_flops=recipe.peak_flops_per_rank, enable_tensorboard=False
     )
-    config.debug.seed = recipe["seed"]
+    if recipe.compile_backend is not None:  # otherwise the base recipe's own setting
+        config.compile.enable = True
+        config.compile.backend = recipe.compile_backend
+    config.debug.seed = recipe.seed
     config.debug.print_config = False
     config.profiler.enable_profiling = False
     return config
@@ -190,7 +192,7 @@ def qwen3_native():
     from ..titan_api import native_base
 
     recipe = load_recipe()
-    base, base_name = native_base(recipe["backend"])
+    base, base_name = native_base(recipe.backend)
     logging.getLogger(__name__).warning("native recipe base: %s", base_name)
     config = base()
     config.model_spec = native_model_spec(recipe)
@@ -212,10 +214,10 @@ def qwen3_hf():
     # model_type outside its denylist; Qwen3 is built into transformers, so no remote code is ever wanted.
     hf_backend._REMOTE_CONFIG_DENYLIST = hf_backend._REMOTE_CONFIG_DENYLIST | {"qwen3"}
     check_hf_backend_build(recipe)
-    if recipe["attention"] == "sdpa":
+    if recipe.attention == "sdpa":
         use_sdpa_in_hf_backend()
     config = transformers_modeling_backend_full()
-    config.hf_model = recipe["checkpoint"]  # AutoConfig from the local folder; no remote code
+    config.hf_model = recipe.checkpoint  # AutoConfig from the local folder; no remote code
     return _shared(config, recipe)
 
 
@@ -231,22 +233,21 @@ def qwen3_moe_reduced():
     from torchtitan.models.qwen3.config_registry import qwen3_32b
 
     from ..replacement import apply_converters
-    from ..titan_api import CHECKPOINT_MANAGER, import_home
     from .titan_metrics import recording_router_load
 
     recipe = load_recipe()
     base = model_registry("30B-A3B")
-    model = apply_converters(reduced_moe_model(recipe["moe"]), recipe_converters(recipe))
-    set_attention(model, recipe)
+    model = apply_converters(reduced_moe_model(recipe.moe), recipe_converters(recipe))
+    set_attention(model, recipe.attention)
     config = qwen3_32b()
     config.model_spec = dataclasses.replace(
         base, flavor="30B-A3B-reduced", model=model,
-        post_optimizer_build_fn=recording_router_load(base.post_optimizer_build_fn, recipe["router_load_path"]),
+        post_optimizer_build_fn=recording_router_load(base.post_optimizer_build_fn, recipe.router_load_path),
     )
     config.loss = ChunkedLossWrapper.Config(
         loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))
     )
-    config = _shared(config, recipe)
-    config.checkpoint = import_home(CHECKPOINT_MANAGER).Config(enable=False)
-    config.compile.enable = False  # eager, as the pilot specifies
-    return config
+    if recipe.use_checkpoint:
+        raise ValueError(f"{RECIPE_ENV}: the reduced MoE trains from random init; use_checkpoint must be false")
+    config.compile.enable = False  # eager, as the pilot specifies, unless the run asks for torch.compile
+    return _shared(config, recipe)

@@ -16,7 +16,7 @@ from typing import Any
 
 from torchtitan.components.metrics import BaseLogger, LoggerContainer, MetricsProcessor
 
-from ..training import METRICS_FILE
+from ..trainer_run import METRICS_FILE
 
 
 class JsonlLogger(BaseLogger):

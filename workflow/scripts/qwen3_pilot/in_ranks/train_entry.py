@@ -32,14 +32,14 @@ def config_function(argv: list[str]) -> str | None:
 def main() -> None:
     die_with_parent()
     recipe = load_recipe()
-    backend = backend_module(recipe["backend"])
+    backend = backend_module(recipe.backend)
     applied = backend.prepare_torchtitan()
     # The fork's version string says nothing about its API: name anything this recipe uses that this
     # torchtitan lacks before its config function fails on it. One rank suffices; torchrun stops the rest.
     if os.environ.get("RANK", "0") == "0":
-        check_torchtitan_api(backend=recipe["backend"], user=config_function(sys.argv))
+        check_torchtitan_api(backend=recipe.backend, user=config_function(sys.argv))
     # Before the recipe builds the model: the replaced modules log the implementation that runs.
-    kernels = backend.install_kernels(recipe["lnc"]) if recipe["replacements"] else {}
+    kernels = backend.install_kernels(recipe.lnc) if recipe.replacements else {}
     from torchtitan.train import main as torchtitan_main
 
     log = logging.getLogger(__name__)

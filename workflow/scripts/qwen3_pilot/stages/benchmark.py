@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from ..benchmark import (
-    RUN_OVERRIDES,
     compile_cache_folder,
     compile_effect,
     cost,
@@ -24,13 +23,13 @@ from ..benchmark import (
 from ..moe import model_spec
 from ..parity import read_checkpoint_values
 from ..summary import record_measured
+from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (
     CONFIG_FUNCTIONS,
-    METRICS_FILE,
     launch_and_read,
     ranks_peak_flops,
+    trainer_run,
     usable_backend,
-    write_recipe,
 )
 
 STAGE = "benchmark"
@@ -53,22 +52,21 @@ def run(
         folder = out_dir / name
         folder.mkdir(parents=True, exist_ok=True)
         runs: dict[str, dict[str, Any]] = {}
-        for variant, replacements, flags in variants(name, kernels[name], settings, backend.compile_backend):
+        for variant, replacements, compile_backend in variants(name, kernels[name], settings, backend.compile_backend):
             recipe_path, run_dir, launch_name = run_paths(out_dir, name, variant)
-            extra = {}
+            # No checkpoint: random init computes the same step as the fetched weights, and saving an export
+            # would add its time to the last step.
+            trainer = trainer_run(
+                stage=name, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
+                training=bench_training, peak_flops_per_rank=peak, parity_path=folder / PARITY_FILE,
+                replacements=replacements, lnc=backend_config["neuron"]["lnc"],
+            ).replace(use_checkpoint=False, compile_backend=compile_backend)
             if name == "moe_reduced":
-                extra = {"moe": model_spec(moe, moe["width"], vocab_size, training["seq_len"]),
-                         "router_load_path": str((run_dir / "router_load.jsonl").resolve())}
-            write_recipe(
-                recipe_path, stage=name, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir,
-                dataset=dataset, training=bench_training, peak_flops_per_rank=peak,
-                parity_path=folder / "parity.json", replacements=replacements, lnc=backend_config["neuron"]["lnc"],
-                **extra,
-            )
+                trainer = trainer.replace(moe=model_spec(moe, moe["width"], vocab_size, training["seq_len"]),
+                                          router_load_path=str((run_dir / ROUTER_LOAD_FILE).resolve()))
             launch, steps = launch_and_read(
-                f"{STAGE} {name} ({variant})", backend, config_function=CONFIG_FUNCTIONS[name],
-                recipe_path=recipe_path, run_dir=run_dir, log_path=log_path, parity_path=folder / "parity.json",
-                expected_steps=warmup + measured, overrides=(*RUN_OVERRIDES, *flags),
+                f"{STAGE} {name} ({variant})", backend, trainer, config_function=CONFIG_FUNCTIONS[name],
+                recipe_path=recipe_path, run_dir=run_dir, log_path=log_path,
                 extra_env=compile_cache(backend, folder, variant), launch_name=launch_name,
             )
             lines = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]

@@ -7,19 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..moe import ROUTER_LOAD_FILE, STAGE, model_spec, router_load
+from ..moe import STAGE, model_spec, router_load
 from ..parity import read_checkpoint_values
 from ..summary import record_measured
+from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (
     CONFIG_FUNCTIONS,
-    METRICS_FILE,
     PLAIN_RECIPE,
     TrainingError,
     launch_and_read,
     ranks_peak_flops,
     replaced_and_plain,
+    trainer_run,
     usable_backend,
-    write_recipe,
 )
 
 
@@ -45,16 +45,16 @@ def run(
         raise TrainingError(f"{STAGE}: the full-width reduced spec has {full_params:,} parameters; "
                             f"moe.full_width.expected_params = {full['expected_params']:,}")
     trained_params = count_parameters(reduced_moe_model(trained_spec))
-    parity_path = recipe_path.with_name("parity.json")  # unused by this recipe; launch_failure looks for it
-    recipe = write_recipe(
-        recipe_path, stage=STAGE, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
-        training=training, peak_flops_per_rank=ranks_peak_flops(ranks_summary), parity_path=parity_path,
-        replacements=kernels["rules"], lnc=backend_config["neuron"]["lnc"],
-        moe=trained_spec, router_load_path=str((run_dir / ROUTER_LOAD_FILE).resolve()),
-    )
+    trainer = trainer_run(
+        stage=STAGE, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
+        training=training, peak_flops_per_rank=ranks_peak_flops(ranks_summary),
+        # Unused by this recipe (no checkpoint to match); launch_failure looks for it.
+        parity_path=recipe_path.with_name(PARITY_FILE), replacements=kernels["rules"],
+        lnc=backend_config["neuron"]["lnc"],
+    ).replace(use_checkpoint=False, moe=trained_spec, router_load_path=str((run_dir / ROUTER_LOAD_FILE).resolve()))
     run, steps = launch_and_read(
-        STAGE, backend, config_function=CONFIG_FUNCTIONS[STAGE], recipe_path=recipe_path, run_dir=run_dir,
-        log_path=log_path, parity_path=parity_path, expected_steps=training["steps"],
+        STAGE, backend, trainer, config_function=CONFIG_FUNCTIONS[STAGE], recipe_path=recipe_path, run_dir=run_dir,
+        log_path=log_path,
     )
     load, problems = router_load(run_dir / ROUTER_LOAD_FILE, training["global_batch_size"] * training["seq_len"],
                                  moe["top_k"])
@@ -62,11 +62,10 @@ def run(
     if problems:
         raise TrainingError(f"{STAGE}: router load:\n  - " + "\n  - ".join(problems))
     # The plain run records its router load elsewhere: it must not add to this run's.
-    recipe = {**recipe, "router_load_path": str((plain_dir / ROUTER_LOAD_FILE).resolve())}
     replacements = replaced_and_plain(
-        STAGE, backend, config_function=CONFIG_FUNCTIONS[STAGE], recipe=recipe, recipe_path=recipe_path, run=run,
-        steps=steps, plain_dir=plain_dir, log_path=log_path, parity_path=parity_path, rules=kernels["rules"],
-        n_layers=moe["layers"],
+        STAGE, backend, trainer.replace(router_load_path=str((plain_dir / ROUTER_LOAD_FILE).resolve())),
+        config_function=CONFIG_FUNCTIONS[STAGE], recipe_path=recipe_path, run=run, steps=steps, plain_dir=plain_dir,
+        log_path=log_path, n_layers=moe["layers"],
     )
     measurement = StageMeasurement(
         stage=STAGE,

@@ -11,19 +11,19 @@ from typing import Any
 from ..launch import Launch
 from ..parity import read_checkpoint_values
 from ..summary import record_measured
+from ..trainer_run import METRICS_FILE, PARITY_FILE, export_dir
 from ..training import (
     CONFIG_FUNCTIONS,
-    CONTROL_OVERRIDES,
-    METRICS_FILE,
+    CONTROL_RECIPE,
     PLAIN_RECIPE,
     TrainingError,
-    export_dir,
+    control_run,
     export_files,
     launch_and_read,
     ranks_peak_flops,
     replaced_and_plain,
+    trainer_run,
     usable_backend,
-    write_recipe,
 )
 
 
@@ -37,22 +37,23 @@ def run(
     backend = usable_backend(stage, backend_config, cache_root)
     checkpoint = read_checkpoint_values(checkpoint_dir)  # config.json problems fail before any launch
     peak = ranks_peak_flops(ranks_summary)
-    parity_path = recipe_path.with_name("parity.json")
+    parity_path = recipe_path.with_name(PARITY_FILE)
     parity_path.unlink(missing_ok=True)
-    recipe = write_recipe(
-        recipe_path, stage=stage, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir,
-        dataset=dataset, training=training, peak_flops_per_rank=peak, parity_path=parity_path,
-        replacements=kernels["rules"], lnc=backend_config["neuron"]["lnc"],
+    trainer = trainer_run(
+        stage=stage, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
+        training=training, peak_flops_per_rank=peak, parity_path=parity_path, replacements=kernels["rules"],
+        lnc=backend_config["neuron"]["lnc"],
     )
+    control_recipe = recipe_path.with_name(CONTROL_RECIPE)
     runs: dict[str, Launch] = {}
     steps: dict[str, list[dict[str, Any]]] = {}
-    for name, folder, overrides, expected in (
-        ("fetched weights", run_dir, (), training["steps"]),
-        ("random-init control", control_dir, CONTROL_OVERRIDES, 1),
+    for name, folder, run, path in (
+        ("fetched weights", run_dir, trainer, recipe_path),
+        ("random-init control", control_dir, control_run(trainer), control_recipe),
     ):
         runs[name], steps[name] = launch_and_read(
-            f"{stage} ({name})", backend, config_function=CONFIG_FUNCTIONS[stage], recipe_path=recipe_path,
-            run_dir=folder, log_path=log_path, parity_path=parity_path, expected_steps=expected, overrides=overrides,
+            f"{stage} ({name})", backend, run, config_function=CONFIG_FUNCTIONS[stage], recipe_path=path,
+            run_dir=folder, log_path=log_path,
         )
     loaded, control = steps["fetched weights"], steps["random-init control"]
     record_measured(steps=loaded, control_steps=control)
@@ -62,9 +63,8 @@ def run(
     parity = json.loads(parity_path.read_text())
     built_layers = next(row["built"] for row in parity["rows"] if row["field"] == "num_hidden_layers")
     replacements = replaced_and_plain(
-        stage, backend, config_function=CONFIG_FUNCTIONS[stage], recipe=recipe, recipe_path=recipe_path,
-        run=runs["fetched weights"], steps=loaded, plain_dir=plain_dir, log_path=log_path, parity_path=parity_path,
-        rules=kernels["rules"], n_layers=built_layers,
+        stage, backend, trainer, config_function=CONFIG_FUNCTIONS[stage], recipe_path=recipe_path,
+        run=runs["fetched weights"], steps=loaded, plain_dir=plain_dir, log_path=log_path, n_layers=built_layers,
     )
     steady = [s for s in loaded if s["step"] > 1]
     measurement = StageMeasurement(
@@ -91,8 +91,8 @@ def run(
         },
     )
     plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []
-    measurement.add_artifacts([recipe_path, parity_path, run_dir / METRICS_FILE, control_dir / METRICS_FILE, *plain,
-                               *exported])
+    measurement.add_artifacts([recipe_path, control_recipe, parity_path, run_dir / METRICS_FILE,
+                               control_dir / METRICS_FILE, *plain, *exported])
     return measurement.write(measured_path)
 
 

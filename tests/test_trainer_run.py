@@ -1,0 +1,63 @@
+"""The run a stage asks its ranks for (trainer_run.TrainerRun): one file both sides read the same way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import backend_config
+
+from qwen3_pilot.backends import make_backend
+from qwen3_pilot.trainer_run import TrainerRun, TrainerRunError
+from qwen3_pilot.training import control_run, trainer_launch, trainer_run
+
+TRAINING = {"steps": 10, "seq_len": 256, "local_batch_size": 1, "global_batch_size": 2, "seed": 0, "lr": 1e-3,
+            "warmup_steps": 1, "mixed_precision_param": "float32", "export_dtype": "float32", "native_flavor": None,
+            "attention": "sdpa", "accepted_differences": {"hf": ["max_position_embeddings"]}}
+ROPE = {"kernel": "rope_hf", "layers": "*", "module": "attention.rope"}
+
+
+def hf_run(tmp_path) -> TrainerRun:
+    backend = make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
+    return trainer_run(stage="train_hf", backend=backend, checkpoint=tmp_path / "ckpt", corpus_dir=tmp_path / "corpus",
+                       dataset="c4_test", training=TRAINING, peak_flops_per_rank=1e10,
+                       parity_path=tmp_path / "parity.json", replacements=[ROPE], lnc=2)
+
+
+def test_a_run_reads_back_as_written(tmp_path):
+    run = hf_run(tmp_path)
+    run.write(tmp_path / "recipe.json")
+    assert TrainerRun.read(tmp_path / "recipe.json") == run
+    assert run.accepted_differences == ("max_position_embeddings",) and run.replacements == (ROPE,)
+    assert run.checkpoint == str((tmp_path / "ckpt").resolve())  # the ranks run elsewhere: absolute paths
+
+
+def test_the_control_is_the_same_run_on_random_init_for_one_step(tmp_path):
+    run = hf_run(tmp_path)
+    control = control_run(run)
+    assert (control.use_checkpoint, control.steps) == (False, 1)
+    assert control.replace(use_checkpoint=True, steps=run.steps) == run  # nothing else differs
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda values: values.update(training_steps=3), r"unknown keys \['training_steps'\], missing keys \[\]"),
+    (lambda values: values.pop("seq_len"), r"unknown keys \[\], missing keys \['seq_len'\]"),
+])
+def test_a_file_of_another_shape_is_refused_naming_the_key(tmp_path, change, message):
+    path = tmp_path / "recipe.json"
+    hf_run(tmp_path).write(path)
+    values = json.loads(path.read_text())
+    change(values)
+    path.write_text(json.dumps(values))
+    with pytest.raises(TrainerRunError, match=rf"{path}: not a trainer run this code reads: {message}"):
+        TrainerRun.read(path)
+
+
+def test_the_launch_command_carries_no_setting_only_the_recipe_function_and_folder(tmp_path):
+    backend = make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
+    command, env = trainer_launch(backend, 2, "qwen3_hf", tmp_path / "recipe.json", tmp_path / "run")
+    tail = command[command.index("qwen3_pilot.in_ranks.train_entry") + 1:]
+    assert tail == ["--module", "qwen3_pilot.in_ranks.recipes", "--config", "qwen3_hf", "--dump_folder",
+                    str(tmp_path / "run")]
+    assert Path(env["QWEN3_PILOT_RECIPE"]) == (tmp_path / "recipe.json").resolve()
