@@ -11,6 +11,7 @@ from qwen3_pilot.archive import pilot_config
 from qwen3_pilot.backends import BACKEND_CONFIG_KEYS
 from qwen3_pilot.config import (
     CACHE_ROOT,
+    check_renamed_keys,
     JUDGED_STAGES,
     resolve_config,
     config_digest,
@@ -24,6 +25,7 @@ from qwen3_pilot.report import STAGES, UPSTREAM, skipped_stages
 from qwen3_pilot.summary import now_iso
 from qwen3_pilot.unlock import stale_lock_note
 
+check_renamed_keys(config)
 validate(config, schema="../workflow/schemas/config.schema.yaml")
 resolve_config(config)
 

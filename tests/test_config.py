@@ -51,6 +51,26 @@ def test_a_schema_error_stops_the_run_at_parse_time_before_any_job(workspace):
     assert planned_jobs(result) == {}
 
 
+def test_an_old_key_name_is_refused_with_its_new_name():
+    """Per-stage keys are named by their stage (config.RENAMED_KEYS); a config written before says which name
+    replaced each key it uses, where the schema alone would say only that the key was unexpected."""
+    from qwen3_pilot.config import ConfigError, check_renamed_keys
+
+    old = {"training": {"accepted_differences": {"hf": {"max_position_embeddings": "why"}},
+                        "gate": {"control_above_ln_vocab": {"native": 1.0}}},
+           "kernel_numerics": {"train": {"loss_tolerance": 1e-5}}}
+    with pytest.raises(ConfigError) as refused:
+        check_renamed_keys(old)
+    assert str(refused.value).splitlines()[1:] == [
+        "  - training.accepted_differences.hf: renamed to training.accepted_differences.train_hf; rename it in your "
+        "config file",
+        "  - training.gate.control_above_ln_vocab.native: renamed to "
+        "training.gate.control_above_ln_vocab.train_native; rename it in your config file",
+        "  - kernel_numerics.train.loss_tolerance: renamed to kernel_numerics.train.tiny_model_loss_tolerance; rename "
+        "it in your config file"]
+    check_renamed_keys(default_config())  # the shipped configs use the new names
+
+
 def test_seq_len_the_rope_kernel_cannot_take_stops_the_run(workspace):
     ws = workspace({"training": {"seq_len": 384}})
     result = run_snakemake(ws, "-n")
@@ -124,15 +144,15 @@ def test_each_training_rule_gets_only_the_training_settings_its_runs_read():
     (stage_judging) hold only that stage's thresholds."""
     from qwen3_pilot.config import TRAINER_KEYS, stage_judging, stage_training
 
-    config = default_config({"training": {"accepted_differences": {"native": {"rope_theta": "why"}}}})
+    config = default_config({"training": {"accepted_differences": {"train_native": {"rope_theta": "why"}}}})
     hf = stage_training(config, "train_hf")
     assert set(hf) == {*TRAINER_KEYS, "accepted_differences"}  # no native_flavor, no gate
-    assert hf["accepted_differences"] == {"hf": ["max_position_embeddings"]}  # the field, not its reason
+    assert hf["accepted_differences"] == {"train_hf": ["max_position_embeddings"]}  # the field, not its reason
     native = stage_training(config, "train_native")
-    assert native["native_flavor"] is None and native["accepted_differences"] == {"native": ["rope_theta"]}
+    assert native["native_flavor"] is None and native["accepted_differences"] == {"train_native": ["rope_theta"]}
     assert set(stage_training(config, "moe_reduced")) == {*TRAINER_KEYS, "accepted_differences"}
     bench = stage_training(config, "train_native", "moe_reduced")
-    assert set(bench["accepted_differences"]) == {"native"}
+    assert set(bench["accepted_differences"]) == {"train_native"}
     judged = stage_judging(config, "train_native")
     assert judged["gate"]["control_above_ln_vocab"] == 1.5 and judged["accepted_differences"] == {"rope_theta": "why"}
     assert "loss_tolerance" not in judged  # no kernels.train_native: no replaced run to hold to it

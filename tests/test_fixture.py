@@ -124,17 +124,17 @@ def test_tokenizer_round_trips_and_loads_in_transformers_and_torchtitan(corpus, 
     assert titan.apply_chat_template(messages, add_generation_prompt=True) == chat
 
 
-def test_tiny_qwen3_config_keeps_the_qwen3_features():
-    config = fx.tiny_qwen3_config(**TINY_MODEL)
+def test_fixture_hf_config_keeps_the_qwen3_features():
+    config = fx.fixture_hf_config(**TINY_MODEL)
     assert config.model_type == "qwen3"
     assert config.head_dim == 32 != config.hidden_size // config.num_attention_heads
     assert config.num_key_value_heads < config.num_attention_heads
     assert config.tie_word_embeddings is True
     assert config.rope_parameters["rope_theta"] == 5_000_000.0
     with pytest.raises(ValueError, match="head_dim"):
-        fx.tiny_qwen3_config(**{**TINY_MODEL, "head_dim": 16})
+        fx.fixture_hf_config(**{**TINY_MODEL, "head_dim": 16})
     with pytest.raises(ValueError, match="GQA"):
-        fx.tiny_qwen3_config(**{**TINY_MODEL, "num_key_value_heads": 4})
+        fx.fixture_hf_config(**{**TINY_MODEL, "num_key_value_heads": 4})
 
 
 def test_build_summary_reports_a_trained_fixture(built):

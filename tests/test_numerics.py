@@ -75,7 +75,7 @@ def test_a_comparison_row_holds_the_largest_difference_to_its_tolerance(differen
 
 
 @pytest.mark.parametrize("difference, verdict", [(1e-4 * (1 - 1e-3), "pass"), (1e-4 * (1 + 1e-3), "fail")])
-def test_a_tiny_models_losses_are_held_to_train_loss_tolerance(difference, verdict):
+def test_a_tiny_models_losses_are_held_to_tiny_model_loss_tolerance(difference, verdict):
     run = numerics._loss_comparison([5.0, 4.9], [5.0, 4.9 + difference], tolerance=1e-4)
     assert run["verdict"] == verdict
     assert len(numerics.train_problems({"dense": run})) == (verdict == "fail")

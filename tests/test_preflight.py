@@ -113,8 +113,8 @@ def test_a_theta_difference_accepted_with_a_reason_passes(tmp_path):
     # torchtitan's 4B flavor differs from Qwen3-4B-Instruct-2507 in theta and in the context it was built for.
     reason = "the seed recipe trains torchtitan's 4B flavor as it is"
     report = run(tmp_path, {"training": {"native_flavor": "4B", "accepted_differences": {
-        "native": {"rope_theta": reason, "max_position_embeddings": "40,960 positions cover training.seq_len"},
-        "hf": {"max_position_embeddings": "set to training.seq_len"}}}})
+        "train_native": {"rope_theta": reason, "max_position_embeddings": "40,960 positions cover training.seq_len"},
+        "train_hf": {"max_position_embeddings": "set to training.seq_len"}}}})
     assert report["checks"]["train_native"]["status"] == "pass"
     rows = {row["field"]: row["verdict"] for row in report["checks"]["train_native"]["figures"]["parity"]}
     assert rows["rope_theta"] == f"accepted difference: {reason}"

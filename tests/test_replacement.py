@@ -28,12 +28,12 @@ MOE = default_config()["kernel_numerics"]["train"]["moe"]
 
 @pytest.fixture
 def dense_config():
-    return numerics.tiny_qwen3_config(DENSE, SEQ_LEN, moe=False)
+    return numerics.tiny_titan_config(DENSE, SEQ_LEN, moe=False)
 
 
 @pytest.fixture
 def moe_config():
-    return numerics.tiny_qwen3_config(MOE, SEQ_LEN, moe=True)
+    return numerics.tiny_titan_config(MOE, SEQ_LEN, moe=True)
 
 
 def convert(config, *rules, lnc=2):
@@ -97,7 +97,7 @@ def test_a_layers_pattern_that_selects_nothing_is_refused(dense_config):
 def test_a_rule_applied_twice_is_refused_and_a_refused_rule_changes_nothing(dense_config):
     with pytest.raises(ReplacementError, match=r"already replaced: layers\.0\.attention\.rope \(by rope_hf\)"):
         convert(dense_config, {"kernel": "rope_hf"}, {"kernel": "rope_hf"})
-    fresh = numerics.tiny_qwen3_config(DENSE, SEQ_LEN, moe=False)
+    fresh = numerics.tiny_titan_config(DENSE, SEQ_LEN, moe=False)
     with pytest.raises(ReplacementError):
         convert(fresh, {"kernel": "rope_hf", "module": "attention.*"})
     assert replaced_paths(fresh) == {}

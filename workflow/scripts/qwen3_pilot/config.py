@@ -23,6 +23,38 @@ def expected_neuron_ranks(neuron: dict[str, Any]) -> int:
     return neuron["chips"] * neuron["cores_per_chip"] // neuron["lnc"]
 
 
+# Keys renamed so that every per-stage key is named by its stage (as kernels.<stage> is) and no two keys share a
+# name for two things: the old name -> the new one. A config using an old name is refused with the new name,
+# before the schema's generic "additional properties" error.
+RENAMED_KEYS = {
+    "training.accepted_differences.native": "training.accepted_differences.train_native",
+    "training.accepted_differences.hf": "training.accepted_differences.train_hf",
+    "training.gate.control_above_ln_vocab.native": "training.gate.control_above_ln_vocab.train_native",
+    "training.gate.control_above_ln_vocab.hf": "training.gate.control_above_ln_vocab.train_hf",
+    "kernel_numerics.train.loss_tolerance": "kernel_numerics.train.tiny_model_loss_tolerance",
+}
+
+
+def renamed_key_problems(config: dict[str, Any]) -> list[str]:
+    """Each old key name the config uses, with the name that replaced it."""
+    problems = []
+    for old, new in RENAMED_KEYS.items():
+        *parents, leaf = old.split(".")
+        section: Any = config
+        for part in parents:
+            section = section.get(part) if isinstance(section, dict) else None
+        if isinstance(section, dict) and leaf in section:
+            problems.append(f"{old}: renamed to {new}; rename it in your config file")
+    return problems
+
+
+def check_renamed_keys(config: dict[str, Any]) -> None:
+    """Before `validate()`: old key names refused with their new ones."""
+    problems = renamed_key_problems(config)
+    if problems:
+        raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
+
+
 def config_problems(config: dict[str, Any]) -> list[str]:
     """Every cross-key rule the config breaks, each naming the key, the value and what is allowed."""
     problems = []
@@ -145,22 +177,16 @@ GATED_STAGES = ("train_native", "train_hf")
 JUDGED_STAGES = ("train_hf", "train_native", "moe_reduced")
 
 
-def recipe_key(stage: str) -> str:
-    """The recipe's name in per-recipe config keys: train_native -> native, train_hf -> hf."""
-    return stage.removeprefix("train_")
-
-
 def stage_training(config: dict[str, Any], *stages: str) -> dict[str, Any]:
     """The part of config `training` that the trainer runs of `stages` read, as a rule's params: every trainer's
     keys, native_flavor only for the native recipe, and the names of each recipe's accepted differences (the
     ranks refuse any other difference before they train; the reasons are the judge's, stage_judging). A rule
     that took the whole section would rerun on an edit to another recipe's settings or to any threshold."""
     training = config["training"]
-    keys = {recipe_key(stage) for stage in stages}
     part: dict[str, Any] = {key: training[key] for key in TRAINER_KEYS}
     if "train_native" in stages:
         part["native_flavor"] = training["native_flavor"]
-    part["accepted_differences"] = {k: sorted(v) for k, v in training["accepted_differences"].items() if k in keys}
+    part["accepted_differences"] = {k: sorted(v) for k, v in training["accepted_differences"].items() if k in stages}
     return part
 
 
@@ -171,8 +197,8 @@ def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
     judging: dict[str, Any] = {}
     if stage in GATED_STAGES:
         gate = config["training"]["gate"]
-        judging["gate"] = {**gate, "control_above_ln_vocab": gate["control_above_ln_vocab"][recipe_key(stage)]}
-        judging["accepted_differences"] = config["training"]["accepted_differences"].get(recipe_key(stage), {})
+        judging["gate"] = {**gate, "control_above_ln_vocab": gate["control_above_ln_vocab"][stage]}
+        judging["accepted_differences"] = config["training"]["accepted_differences"].get(stage, {})
     if stage_kernel_rules(config, stage):
         judging["loss_tolerance"] = config["kernels"]["loss_tolerance"]
     return judging

@@ -153,7 +153,7 @@ def save_tokenizer(tok: tokenizers.Tokenizer, out_dir: Path, *, model_max_length
     (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def tiny_qwen3_config(
+def fixture_hf_config(
     *,
     vocab_size: int,
     hidden_size: int,
@@ -407,7 +407,7 @@ def build_fixture(
         # Documents end in eos, as torchtitan's dataloader will feed them (encode(add_eos=True)).
         ids = [i for enc in tok.encode_batch(texts) for i in (*enc.ids, eos_id)]
 
-        config = tiny_qwen3_config(
+        config = fixture_hf_config(
             vocab_size=vocab_size,
             hidden_size=hidden_size,
             num_hidden_layers=num_hidden_layers,

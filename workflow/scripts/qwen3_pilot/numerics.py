@@ -256,7 +256,7 @@ def _experts_forward_backward(impl: Callable, compute_dtype, x, counts, w1, w2, 
 # ---- tiny models, trained with and without the replacements ----
 
 
-def tiny_qwen3_config(sizes: dict[str, int], seq_len: int, moe: bool):
+def tiny_titan_config(sizes: dict[str, int], seq_len: int, moe: bool):
     """torchtitan's own Qwen3 builders at toy sizes, with the recipes' decoder and SDPA attention (flex
     attention has no backward on CPU)."""
     from torchtitan.models.common import CosSinRoPE
@@ -285,7 +285,7 @@ def build_tiny_model(sizes: dict[str, int], seq_len: int, moe: bool, seed: int):
     import torch
 
     torch.manual_seed(seed)
-    model = tiny_qwen3_config(sizes, seq_len, moe).build()
+    model = tiny_titan_config(sizes, seq_len, moe).build()
     model.init_states()
     return model
 
@@ -306,7 +306,7 @@ def replaced_model(
     from qwen3_pilot.kernels.rope import HFLayoutRoPE
     from qwen3_pilot.replacement import apply_converters, kernel_converters, replaced_paths
 
-    config = apply_converters(tiny_qwen3_config(sizes, seq_len, moe), kernel_converters(kernel_rules(moe), lnc))
+    config = apply_converters(tiny_titan_config(sizes, seq_len, moe), kernel_converters(kernel_rules(moe), lnc))
     model = config.build()
     model.init_states()
     model.load_state_dict(reference.state_dict())
@@ -369,7 +369,7 @@ def replaced_model_trains(
         started = time.perf_counter()
         reference_losses = train_losses(reference, batches, train["lr"])
         replaced_losses = train_losses(replaced, batches, train["lr"])
-        runs[kind] = _loss_comparison(reference_losses, replaced_losses, train["loss_tolerance"])
+        runs[kind] = _loss_comparison(reference_losses, replaced_losses, train["tiny_model_loss_tolerance"])
         runs[kind]["seconds"] = round(time.perf_counter() - started, 2)
         log(f"{kind}: losses torchtitan {reference_losses} replaced {replaced_losses} "
             f"(max abs diff {runs[kind]['max_abs_loss_diff']:.3g})")

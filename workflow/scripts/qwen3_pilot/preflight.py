@@ -34,7 +34,14 @@ from typing import Any
 
 import yaml
 
-from .config import CACHE_ROOT, deep_update, resolve_config, stage_kernel_rules, stage_training
+from .config import (
+    CACHE_ROOT,
+    check_renamed_keys,
+    deep_update,
+    resolve_config,
+    stage_kernel_rules,
+    stage_training,
+)
 
 PROJECT = Path(__file__).resolve().parents[3]
 RESOURCES = PROJECT / "workflow" / "resources"
@@ -69,6 +76,7 @@ def load_config(configfiles: list[Path], project: Path = PROJECT) -> dict[str, A
         if not isinstance(overlay, dict):
             raise PreflightError(f"{path}: expected a mapping of config keys, got {type(overlay).__name__}")
         config = deep_update(config, overlay)
+    check_renamed_keys(config)
     validate(config, schema=str(project / "workflow" / "schemas" / "config.schema.yaml"))
     resolve_config(config)
     if config["backend"] != "neuron":
@@ -364,9 +372,9 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
             recipes = stage_recipes(config, backend, checkpoint, work)
             lnc = config["neuron"]["lnc"]
             reasons = config["training"]["accepted_differences"]
-            run_check("train_native", lambda: native_check(recipes["train_native"], lnc, reasons.get("native", {})),
-                      checks)
-            run_check("train_hf", lambda: hf_check(recipes["train_hf"], reasons.get("hf", {})), checks)
+            native_reasons = reasons.get("train_native", {})
+            run_check("train_native", lambda: native_check(recipes["train_native"], lnc, native_reasons), checks)
+            run_check("train_hf", lambda: hf_check(recipes["train_hf"], reasons.get("train_hf", {})), checks)
             run_check("moe_reduced", lambda: moe_check(recipes["moe_reduced"], config, Path(dense_json["moe"])), checks)
             run_check("launches", lambda: launch_plan(config, backend, project), checks)
         run_check("fsdp_plan", lambda: fsdp_plan(config, out), checks)

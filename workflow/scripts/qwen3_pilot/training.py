@@ -18,7 +18,6 @@ from typing import Any
 
 from .artifacts import write_json
 from .backends import Backend
-from .config import recipe_key
 from .launch import Launch, failure_cause, how_it_ended, run_torchrun, stop_orphans
 from .summary import record_measured
 from .trainer_run import LAUNCH_RECORD, METRICS_FILE, RECIPE_ENV, TrainerRun, export_dir
@@ -70,7 +69,7 @@ def trainer_run(
         native_flavor=training.get("native_flavor"),  # the native recipe's only (config.stage_training)
         attention=training["attention"],
         # Only the fields: the ranks refuse any other difference; the reasons are the judge's (judge_training).
-        accepted_differences=tuple(sorted(training["accepted_differences"].get(recipe_key(stage), []))),
+        accepted_differences=tuple(sorted(training["accepted_differences"].get(stage, []))),
         peak_flops_per_rank=peak_flops_per_rank,
         parity_path=str(parity_path.resolve()),
         # Kernel replacements (config kernels.<stage>) and the LNC whose kernel rules they enforce.
