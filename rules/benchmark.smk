@@ -24,7 +24,6 @@ rule benchmark:
         kernels=get_benchmark_kernel_rules(),
         settings=config["benchmark"],
         dataset=config["data"]["dataset"],
-        cache_root=CACHE_ROOT,
     message:
         get_launch_message("benchmark", "qwen3_pilot.in_ranks.train_entry")
     script:

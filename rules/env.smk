@@ -46,6 +46,5 @@ rule pin_env:
     params:
         backend=get_backend_config(),
         pins_file=PINS_FILE,
-        cache_root=CACHE_ROOT,
     script:
         "../workflow/scripts/pin_env.py"

@@ -21,7 +21,6 @@ rule verify_ranks:
     params:
         backend=get_backend_config(),
         plan=config["plan"],
-        cache_root=CACHE_ROOT,
     message:
         get_launch_message("verify_ranks", "qwen3_pilot.in_ranks.rank_worker")
     script:

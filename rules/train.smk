@@ -33,7 +33,6 @@ rule train:
         training=get_training,
         kernels=get_recipe_kernel_rules,
         dataset=config["data"]["dataset"],
-        cache_root=CACHE_ROOT,
     message:
         get_launch_message("{wildcards.stage}", "qwen3_pilot.in_ranks.train_entry")
     script:
@@ -148,7 +147,6 @@ rule moe_reduced:
         moe=config["moe"],
         kernels=get_kernel_rules("moe_reduced"),
         dataset=config["data"]["dataset"],
-        cache_root=CACHE_ROOT,
     message:
         get_launch_message("moe_reduced", "qwen3_pilot.in_ranks.train_entry")
     script:
@@ -173,6 +171,5 @@ rule kernel_numerics:
     params:
         backend=get_backend_config(),
         settings=config["kernel_numerics"],
-        cache_root=CACHE_ROOT,
     script:
         "../workflow/scripts/kernel_numerics.py"

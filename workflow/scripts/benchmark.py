@@ -1,5 +1,6 @@
 from pathlib import Path
 
+from qwen3_pilot.config import CACHE_ROOT
 from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.stages.benchmark import run
 
@@ -11,7 +12,7 @@ with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
         moe=snakemake.params.moe,
         kernels=snakemake.params.kernels,
         settings=snakemake.params.settings,
-        cache_root=snakemake.params.cache_root,
+        cache_root=CACHE_ROOT,  # the project's library caches (config.CACHE_ROOT)
         checkpoint_dir=Path(snakemake.input.checkpoint),
         corpus_dir=Path(snakemake.input.corpus),
         ranks_summary=Path(snakemake.input.ranks),

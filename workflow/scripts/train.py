@@ -1,5 +1,6 @@
 from pathlib import Path
 
+from qwen3_pilot.config import CACHE_ROOT
 from qwen3_pilot.stagelog import stage_log
 from qwen3_pilot.stages.train import run
 
@@ -11,7 +12,7 @@ with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
         training=snakemake.params.training,
         # train_hf has no kernels to replace (its RoPE lives inside transformers' model), so no plain run.
         kernels=snakemake.params.kernels,
-        cache_root=snakemake.params.cache_root,
+        cache_root=CACHE_ROOT,  # the project's library caches (config.CACHE_ROOT)
         checkpoint_dir=Path(snakemake.input.checkpoint),
         corpus_dir=Path(snakemake.input.corpus),
         ranks_summary=Path(snakemake.input.ranks),
