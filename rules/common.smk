@@ -21,7 +21,7 @@ from qwen3_pilot.config import (
 )
 from qwen3_pilot.neuron_stack import STACK_FILE, fork_head_files, fork_pins, read_stack
 from qwen3_pilot.pins import installed_version, read_pins
-from qwen3_pilot.report import STAGES, UPSTREAM, skipped_stages
+from qwen3_pilot.stages import STAGES, UPSTREAM, skipped_stages
 from qwen3_pilot.summary import now_iso
 from qwen3_pilot.unlock import stale_lock_note
 
@@ -247,7 +247,7 @@ def forget_invocation_plan():
 
 
 def get_stage_summaries():
-    """The report's inputs: the summary of each stage the workflow builds (qwen3_pilot.report.STAGES and
+    """The report's inputs: the summary of each stage the workflow builds (qwen3_pilot.stages.STAGES and
     UPSTREAM, the one list of stages) that this config does not skip."""
     skipped = skipped_stages(config)
     return {

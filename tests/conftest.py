@@ -118,7 +118,7 @@ def backend_config(backend: str = "cpu", ranks: int = 2, **keys) -> dict:
 
 def planned_stages(result: subprocess.CompletedProcess) -> set[str]:
     """The stages a dry run plans, from its job blocks ("rule train:" ... "wildcards: recipe=train_hf")."""
-    from qwen3_pilot.report import stage_of_job
+    from qwen3_pilot.stages import stage_of_job
 
     stages, rule, wildcards = set(), None, {}
     for line in (result.stdout + result.stderr).splitlines() + [""]:

@@ -422,7 +422,7 @@ def test_the_plugins_own_bucket_creation_is_refused(tmp_path, s3_server, aws_env
     """StorageObject.store_object creates a missing bucket; through the archive's provider it cannot."""
     from snakemake_storage_plugin_s3 import StorageObject
 
-    from qwen3_pilot.archive_s3 import S3Destination
+    from qwen3_pilot.archive.s3 import S3Destination
 
     destination = S3Destination(s3_settings(s3_server, bucket_name="plugin-would-create"), "run", tmp_path / "scratch")
     obj = StorageObject(query="s3://plugin-would-create/run/a.txt", keep_local=False, retrieve=True,
@@ -434,7 +434,7 @@ def test_the_plugins_own_bucket_creation_is_refused(tmp_path, s3_server, aws_env
 
 
 def test_tls_verification_is_on_by_default_and_off_only_when_config_says_so(tmp_path, s3_server, aws_env):
-    from qwen3_pilot.archive_s3 import S3Destination
+    from qwen3_pilot.archive.s3 import S3Destination
 
     verified = S3Destination(s3_settings(s3_server), "run", tmp_path / "a")
     assert verified.client._endpoint.http_session._verify is not False  # boto3's default: verify (a CA bundle or True)

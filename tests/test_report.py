@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from qwen3_pilot.report import NO_SUMMARY, STAGES, overall_status
+from qwen3_pilot.report import NO_SUMMARY, overall_status
 from qwen3_pilot.report import titles as report_titles
+from qwen3_pilot.stages import STAGES
 from qwen3_pilot.stages.report import run as build_report
 from qwen3_pilot.summary import StageSummary
 
@@ -187,7 +188,7 @@ def test_the_dependency_map_is_snakemakes_job_graph():
 
     from conftest import PROJECT
 
-    from qwen3_pilot.report import UPSTREAM, stage_of_job
+    from qwen3_pilot.stages import UPSTREAM, stage_of_job
 
     snakemake = str(Path(sys.executable).with_name("snakemake"))
     dot = subprocess.run([snakemake, "--dag", "--forceall", "results/report.html"], cwd=PROJECT, capture_output=True,

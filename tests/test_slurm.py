@@ -16,7 +16,7 @@ import re
 import pytest
 from conftest import slurm_unavailable
 
-from qwen3_pilot.report import STAGES, UPSTREAM
+from qwen3_pilot.stages import STAGES, UPSTREAM
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 

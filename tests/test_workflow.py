@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import SNAKEMAKE, output, planned_jobs, planned_stages, run_snakemake
 
-from qwen3_pilot.report import UPSTREAM
+from qwen3_pilot.stages import UPSTREAM
 
 pytestmark = pytest.mark.e2e
 

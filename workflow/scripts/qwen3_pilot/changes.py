@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import current_sha256, write_json
-from .report import stage_of_job
+from .stages import stage_of_job
 
 # Snakemake's plan for the invocation under way: written when it starts (onstart), read by the report,
 # removed when it ends, so that a report never takes an earlier invocation's plan for its own.

@@ -12,53 +12,14 @@ from typing import Any
 
 from .artifacts import record_digest, write_recorded_json, write_text
 from .audit import default_signoffs, record_written_report
+from .stages import STAGES, UPSTREAM, skipped_stages
 from .summary import now_iso
 
-# The pilot in its order, each with its title (config values filled in by `titles`): the one list of
-# stages. A stage with no summary among the inputs appears as not_run, with the reason.
-STAGES: tuple[tuple[str, str], ...] = (
-    ("pin_env", "Pin and verify the environment"),
-    ("fetch_corpus", "Fetch the corpus"),
-    ("fixture_checkpoint", "Publish the fixture checkpoint (cpu backend)"),
-    ("fetch_weights", "Fetch the weights ({weights[repo_id]})"),
-    ("verify_ranks", "Verify the {ranks} ranks and the {plan[world_size]}-rank plan of Qwen3-{plan[flavor]}"),
-    ("train_hf", "Train the Transformers-backend 4B recipe ({training[steps]} steps)"),
-    ("train_native", "Train the native torchtitan 4B recipe ({training[steps]} steps)"),
-    ("compare_recipes", "Compare the two recipes' step-1 losses"),
-    ("export_reload", "Export to Hugging Face safetensors and reload"),
-    ("kernel_numerics", "Kernel numerics: RoPE and MoE against PyTorch"),
-    ("moe_reduced", "Train the reduced MoE ({moe[layers]} layers, {moe[experts]} experts, top-{moe[top_k]})"),
-    ("benchmark", "Warm-up and steady-state benchmarks"),
-)
 NO_SUMMARY = "no summary of this stage among the report's inputs"
 
-# What each stage consumes from the others (rules/*.smk; pin_env stands for its per-package stamps). A test
-# checks it against Snakemake's own rule graph.
-UPSTREAM: dict[str, tuple[str, ...]] = {
-    "pin_env": (),
-    "fetch_corpus": (),
-    "fixture_checkpoint": ("fetch_corpus",),
-    "fetch_weights": ("pin_env", "fixture_checkpoint"),
-    "verify_ranks": ("pin_env",),
-    "train_hf": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
-    "train_native": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
-    "compare_recipes": ("train_hf", "train_native"),
-    "export_reload": ("pin_env", "fetch_weights", "train_hf", "train_native"),
-    "kernel_numerics": ("pin_env",),
-    "moe_reduced": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
-    "benchmark": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
-}
 # report.json's shape; the report is checked against it before it is written.
 REPORT_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "report.schema.json"
 SCHEMA_VERSION = "1.0.0"
-# Rules whose jobs are a stage without being named after it: pin_package's per-package stamps are pin_env's,
-# and rules `train` and `judge_training` are the training stage their {stage} names.
-def stage_of_job(rule: str, wildcards: dict[str, str]) -> str:
-    if rule == "pin_package":
-        return "pin_env"
-    return wildcards["stage"] if "stage" in wildcards else rule
-
-
 def titles(config: dict[str, Any]) -> dict[str, str]:
     """Each stage's title with the config's figures in it (steps, layers, experts)."""
     return {stage: title.format(**config) for stage, title in STAGES}
@@ -148,13 +109,6 @@ def overall_status(stages: list[dict[str, Any]], optional: set[str]) -> str:
     if "fail" in statuses:
         return "fail"
     return "incomplete" if "not_run" in statuses else "pass"
-
-
-def skipped_stages(config: dict[str, Any]) -> dict[str, str]:
-    """Stages that do not run with this config, with the reason."""
-    if config["weights"]["source"] != "fixture":
-        return {"fixture_checkpoint": "not used: weights.source is 'hub', the published weights are fetched"}
-    return {}
 
 
 def build_failed_report(

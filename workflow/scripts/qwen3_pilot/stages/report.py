@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..report import collect_stages, skipped_stages, write_report
+from ..report import collect_stages, write_report
+from . import skipped_stages
 
 
 def run(

@@ -27,8 +27,8 @@ import boto3
 import botocore.exceptions
 from snakemake_storage_plugin_s3 import StorageObject, StorageProvider, StorageProviderSettings
 
-from .archive import KEY, ArchiveError
-from .artifacts import MISSING, sha256_file
+from ..artifacts import MISSING, sha256_file
+from .errors import KEY, ArchiveError
 
 log = logging.getLogger("qwen3_pilot")
 

@@ -7,7 +7,7 @@ the selection and records each file's sha256 at the source; `read_back` reads ev
 the destination, compares, and writes the archive manifest beside the files. Layout at the destination:
 `<destination>/<run key>/<path in the workflow folder>`, with `<run key>/archive-manifest.json`.
 
-Torch-free and boto3-free at import: an s3:// destination loads qwen3_pilot.archive_s3 (Snakemake's S3
+Torch-free and boto3-free at import: an s3:// destination loads qwen3_pilot.archive.s3 (Snakemake's S3
 storage plugin) when it is used. Credentials never pass through here: boto3 takes them from the usual AWS
 environment variables and files, and nothing this module writes names them.
 """
@@ -25,13 +25,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .artifacts import MISSING, current_sha256, sha256_file, write_json
-from .audit import OUTSIDE, artifact_changes, outside_project
-from .summary import now_iso
+from ..artifacts import MISSING, current_sha256, sha256_file, write_json
+from ..audit import OUTSIDE, artifact_changes, outside_project
+from ..summary import now_iso
+from .errors import KEY, ArchiveError
 
 log = logging.getLogger("qwen3_pilot")
 
-KEY = "archive"  # the config block; errors name its keys as archive.<key>
 MANIFEST = "archive-manifest.json"
 MANIFEST_VERSION = "1.0.0"
 
@@ -75,8 +75,6 @@ def left_out(path: str) -> bool:
     )
 
 
-class ArchiveError(RuntimeError):
-    pass
 
 
 # --- settings -------------------------------------------------------------------------------------------
@@ -244,7 +242,7 @@ def open_destination(settings: dict[str, Any], run_key: str, workflow_dir: Path,
         log.warning(warning)
     if destination_kind(settings["destination"]) == S3:
         try:
-            from .archive_s3 import S3Destination
+            from .s3 import S3Destination
         except ImportError as error:
             raise ArchiveError(f"{KEY}.destination = {settings['destination']!r} needs Snakemake's S3 storage "
                                f"plugin (snakemake-storage-plugin-s3, pinned in envs/cpu.txt): {error}") from None
