@@ -262,7 +262,7 @@ def write_failed_report():
     stages, what they measured and the stages they blocked; the run still exits non-zero.
     """
     from qwen3_pilot.archive import archive_failed_alone
-    from qwen3_pilot.report import build_failed_report
+    from qwen3_pilot.pilot_report import build_failed_report
 
     # `snakemake archive` failed after the pilot finished: its report stays the one that was archived.
     if archive_failed_alone(Path("results"), RUN_STARTED):

@@ -261,6 +261,10 @@ def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
         result = in_cluster(prefix, sys.executable, str(SLURM_CLUSTER.with_name("fast_poll.py")), "--profile",
                             "profiles/slurm",
                             "results/report.html", "--configfile", "config/test.yaml", *FIRST,
+                            # One job at a time: the test cluster is one node and the instance jobs are exclusive,
+                            # so nothing runs beside them anyway; submitted one by one, the jobs reach SLURM in
+                            # Snakemake's priority order (FIRST), not all at once for SLURM's own first-come order.
+                            "--jobs", "1",
                             "--slurm-init-seconds-before-status-checks", "1", cwd=ws, timeout=1500,
                             env=venv_env(**DUMMY_SECRETS))
         assert result.returncode == 0, output(result)[-8000:]

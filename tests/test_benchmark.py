@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import backend_config
 
-from qwen3_pilot.benchmark import BenchmarkError, cost, mfu_pct, percentile, split_phases, steady_state
+from qwen3_pilot.benchmark_runs import BenchmarkError, cost, mfu_pct, percentile, split_phases, steady_state
 from qwen3_pilot.training import read_steps
 
 # torchtitan's metric lines as titan_metrics writes them (a slow first step: startup and compilation).

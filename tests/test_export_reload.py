@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from qwen3_pilot.export_reload import check_export, complete_export, key_set_problems
+from qwen3_pilot.hf_export import check_export, complete_export, key_set_problems
 
 SETTINGS = {"batch": 1, "seq_len": 16, "logits_tolerance": 1e-4, "min_argmax_agreement": 0.99, "prompt": "a",
             "new_tokens": 2}
@@ -134,7 +134,7 @@ def test_the_reloaded_logits_are_held_to_the_tolerance_and_the_argmax_agreement(
     fetched, tmp_path, monkeypatch, max_abs_diff, argmax_agreement, problem
 ):
     """The comparison with torchtitan's model handed in: only the two thresholds are under test."""
-    from qwen3_pilot import export_reload
+    from qwen3_pilot import hf_export as export_reload
 
     compared = {"max_abs_diff": max_abs_diff, "argmax_agreement": argmax_agreement, "logits_max_abs": 3.0}
     monkeypatch.setattr(export_reload, "torchtitan_model", lambda *args: "torchtitan's model")

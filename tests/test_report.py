@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from qwen3_pilot.report import NO_SUMMARY, overall_status
-from qwen3_pilot.report import titles as report_titles
+from qwen3_pilot.pilot_report import NO_SUMMARY, overall_status
+from qwen3_pilot.pilot_report import titles as report_titles
 from qwen3_pilot.stages import STAGES
 from qwen3_pilot.stages.report import run as build_report
 from qwen3_pilot.summary import StageSummary
@@ -114,7 +114,7 @@ def test_stages_with_steps_get_a_loss_plot(tmp_path):
 def test_the_report_matches_its_versioned_schema_and_a_broken_one_is_named(tmp_path):
     import jsonschema
 
-    from qwen3_pilot.report import REPORT_SCHEMA, SCHEMA_VERSION, check_schema
+    from qwen3_pilot.pilot_report import REPORT_SCHEMA, SCHEMA_VERSION, check_schema
 
     report = build(tmp_path, {"pin_env": write_summary(tmp_path, "pin_env", figures={"packages": []})})
     schema = json.loads(REPORT_SCHEMA.read_text())
@@ -138,7 +138,7 @@ def test_the_page_may_load_nothing_from_elsewhere(tmp_path):
 
 
 def test_a_failed_stage_shows_its_figures_and_blocks_what_depends_on_it(tmp_path, monkeypatch):
-    from qwen3_pilot.report import build_failed_report
+    from qwen3_pilot.pilot_report import build_failed_report
     from qwen3_pilot.summary import record_measured, write_failure
 
     monkeypatch.chdir(tmp_path)
@@ -210,7 +210,7 @@ def test_the_dependency_map_is_snakemakes_job_graph():
 
 
 def test_a_failure_record_of_an_earlier_run_is_not_this_runs_failure(tmp_path, monkeypatch):
-    from qwen3_pilot.report import build_failed_report
+    from qwen3_pilot.pilot_report import build_failed_report
     from qwen3_pilot.summary import write_failure
 
     monkeypatch.chdir(tmp_path)

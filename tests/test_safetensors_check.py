@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from qwen3_pilot.export_reload import ExportError, read_tensors
+from qwen3_pilot.hf_export import ExportError, read_tensors
 from qwen3_pilot.safetensors_check import SafetensorsHeaderError, check_safetensors
 from qwen3_pilot.weights import WeightsError, verify_safetensors
 

@@ -1,6 +1,7 @@
-"""Stage `fetch_corpus`: c4_test from the torchtitan repository at a pinned commit (verified by its git
-blob sha1), or a local file for offline machines. Written as `<out>/data.json`, JSON lines with a
-"text" field: the folder torchtitan's `c4_test` loader (`load_dataset(path, split="train")`) reads."""
+"""The training corpus (what stage fetch_corpus fetches): c4_test from the torchtitan repository at a pinned
+commit (verified by its git blob sha1), or a local file (the corpus that ships with the pilot by default).
+Written as `<out>/data.json`, JSON lines with a "text" field: the folder torchtitan's `c4_test` loader
+(`load_dataset(path, split="train")`) reads."""
 
 from __future__ import annotations
 

@@ -105,8 +105,8 @@ def checkpoint_stand_in(work: Path, config_json: Path) -> Path:
 
 def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path) -> dict[str, Path]:
     """The TrainerRun each neuron training stage would write, with the trn2 config's values."""
-    from .moe import model_spec
     from .parity import read_checkpoint_values
+    from .reduced_moe import model_spec
     from .trainer_run import PARITY_FILE, ROUTER_LOAD_FILE
     from .training import trainer_run
 
@@ -300,7 +300,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
 def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Path) -> list[dict[str, Any]]:
     """The benchmark stage's launches: per recipe and run, with the compile backend and the fresh compile
     cache folder of each measurement that compiles (the eager one too on neuron)."""
-    from .benchmark import compile_cache_folder, run_paths, variants
+    from .benchmark_runs import compile_cache_folder, run_paths, variants
     from .training import CONFIG_FUNCTIONS, trainer_launch
 
     launches = []
@@ -450,7 +450,7 @@ def fsdp_plan(config: dict[str, Any], out: Path) -> dict[str, Any]:
 
 
 def render_html(report: dict[str, Any]) -> str:
-    from .report import environment
+    from .pilot_report import environment
 
     return environment().get_template("preflight.html.j2").render(report=report)
 

@@ -1,5 +1,5 @@
-"""Stage `verify_ranks`: launch the configured ranks with torchrun, check each one, and validate the
-64-rank plan offline with torchtitan's fake process group."""
+"""The ranks (what stage verify_ranks checks): launch the configured ranks with torchrun, check each one, and
+validate the 64-rank plan offline with torchtitan's fake process group."""
 
 from __future__ import annotations
 

@@ -65,8 +65,8 @@ ALL_BACKENDS = ("cpu", "neuron")
 NATIVE, HF, MOE = "qwen3_native", "qwen3_hf", "qwen3_moe_reduced"
 RECIPES = (NATIVE, HF, MOE)
 # Stage modules that build torchtitan models outside a trainer.
-RANK_PLAN, NUMERICS, EXPORT = "rank_plan.py", "numerics.py", "export_reload.py"
-# models.qwen3_decoder builds the native model from config.json: the native recipe, numerics.py, export_reload.py.
+RANK_PLAN, NUMERICS, EXPORT = "rank_plan.py", "numerics.py", "hf_export.py"
+# models.qwen3_decoder builds the native model from config.json: the native recipe, numerics.py, hf_export.py.
 DECODER_USERS = (NATIVE, NUMERICS, EXPORT)
 # The kernel converters: the recipes that list replacements, and numerics.py.
 CONVERTER_USERS = (NATIVE, MOE, NUMERICS)
@@ -175,7 +175,7 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              since=METRICS_COMPONENT),
     ApiEntry("torchtitan.components.metrics", "LoggerContainer", "titan_metrics.py adds its logger",
              attributes=("add_logger",), since=_since("2025-09-10", "612e4a12d", 1698)),
-    # ---- the models (models.py, numerics.py, export_reload.py, rank_plan.py) ----
+    # ---- the models (models.py, numerics.py, hf_export.py, rank_plan.py) ----
     ApiEntry("torchtitan.models.qwen3.config_registry", "qwen3_32b", "the native and MoE recipes build on it",
              users=(NATIVE, MOE),
              since=CONFIG_REFACTOR),
@@ -216,7 +216,7 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
     *(ApiEntry("torchtitan.models.qwen3", name, "models.qwen3_decoder uses it",
                users=DECODER_USERS, since=_private(PARAM_INIT))
       for name in ("_EMBEDDING_INIT", "_EMBEDDING_SKIP_INIT", "_LINEAR_INIT")),
-    ApiEntry("torchtitan.models.qwen3.state_dict_adapter", "Qwen3StateDictAdapter", "export_reload.py loads "
+    ApiEntry("torchtitan.models.qwen3.state_dict_adapter", "Qwen3StateDictAdapter", "hf_export.py loads "
              "the export with it", users=(EXPORT,), attributes=("from_hf",), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.models.common", "Embedding.Config", "models.qwen3_decoder sets them", users=DECODER_USERS,
              fields=("num_embeddings", "embedding_dim", "param_init"), since=PARAM_INIT),

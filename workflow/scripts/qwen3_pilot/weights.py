@@ -1,5 +1,6 @@
-"""Stage `fetch_weights`: a Hugging Face snapshot at a revision, allow-listed files only, every file
-checked against the checksum the hub gave for it, every safetensors file parsed, and a manifest.
+"""The weights (what stage fetch_weights fetches): a Hugging Face snapshot at a revision, allow-listed files
+only, every file checked against the checksum the hub gave for it, every safetensors file parsed, and a
+manifest.
 
 The same code serves the real hub (trn2) and the cpu fixture, which is published into an offline hub
 cache first so that this path runs on machines without internet.

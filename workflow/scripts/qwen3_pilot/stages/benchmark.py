@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..benchmark import (
+from ..benchmark_runs import (
     compile_cache_folder,
     compile_effect,
     cost,
@@ -20,8 +20,8 @@ from ..benchmark import (
     table_row,
     variants,
 )
-from ..moe import model_spec
 from ..parity import read_checkpoint_values
+from ..reduced_moe import model_spec
 from ..summary import record_measured
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..export_reload import ExportError, check_export, key_set_problems, read_tensors
+from ..hf_export import ExportError, check_export, key_set_problems, read_tensors
 
 
 def run(

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..moe import STAGE, model_spec, router_load
 from ..parity import read_checkpoint_values
+from ..reduced_moe import STAGE, model_spec, router_load
 from ..summary import record_measured
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (

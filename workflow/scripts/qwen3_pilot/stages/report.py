@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..report import collect_stages, write_report
+from ..pilot_report import collect_stages, write_report
 from . import skipped_stages
 
 

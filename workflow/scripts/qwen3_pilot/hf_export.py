@@ -1,5 +1,5 @@
-"""Stage `export_reload`: each recipe's Hugging Face export at its last step, completed into a folder that
-loads on its own and reloaded with transformers; its logits checked against torchtitan's model.
+"""A recipe's Hugging Face export at its last step (what stage export_reload checks): completed into a folder
+that loads on its own and reloaded with transformers; its logits checked against torchtitan's model.
 
 torchtitan's `last_save_in_hf` writes safetensors and an index only (DESIGN.md): no config.json, tokenizer
 or generation config, a duplicate `sharded/` folder, and no `lm_head.weight` when embeddings are tied.

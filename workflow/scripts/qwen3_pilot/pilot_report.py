@@ -1,4 +1,5 @@
-"""The report: results/report.json and results/report.html, built from the stage summaries only."""
+"""The pilot's report (what stage report writes): results/report.json and results/report.html, built from the
+stage summaries only."""
 
 from __future__ import annotations
 
