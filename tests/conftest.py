@@ -255,16 +255,10 @@ def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
     """The pipeline through `--profile profiles/slurm` on the test cluster, SLURM's accounting of it read back
     before the cluster stops."""
     with slurm_cluster(state) as prefix:
-        # The plugin's first status query 1 s after a submission (the profile's 5 s), and no later one more than
-        # 2 s apart (tests/slurm/fast_poll.py): its waits grow by 10 s while nothing finished, and here each job is
-        # seconds long.
-        result = in_cluster(prefix, sys.executable, str(SLURM_CLUSTER.with_name("fast_poll.py")), "--profile",
-                            "profiles/slurm",
+        # The plugin's first status query 1 s after a submission (the profile's 5 s): its next waits grow by
+        # 10 s while nothing finished, and here each job is seconds long.
+        result = in_cluster(prefix, sys.executable, "-m", "snakemake", "--profile", "profiles/slurm",
                             "results/report.html", "--configfile", "config/test.yaml", *FIRST,
-                            # One job at a time: the test cluster is one node and the instance jobs are exclusive,
-                            # so nothing runs beside them anyway; submitted one by one, the jobs reach SLURM in
-                            # Snakemake's priority order (FIRST), not all at once for SLURM's own first-come order.
-                            "--jobs", "1",
                             "--slurm-init-seconds-before-status-checks", "1", cwd=ws, timeout=1500,
                             env=venv_env(**DUMMY_SECRETS))
         assert result.returncode == 0, output(result)[-8000:]

@@ -338,7 +338,10 @@ def test_after_a_transformers_pin_change_the_report_lists_reruns_with_reasons_an
     assert changes["headline"].startswith("pin_env, train_hf, compare_recipes, export_reload reran; ")
     assert any(r.startswith("pin_package[transformers]: Params have changed since last execution")
                for r in runs["stages"]["pin_env"]["reasons"])
-    assert "results/pin_env/packages/transformers.json" in runs["stages"]["train_hf"]["reasons"][0]
+    # Both jobs of the stage, each with its reason: its training (the new stamp), its judge (the new record).
+    trained = next(r for r in runs["stages"]["train_hf"]["reasons"] if r.startswith("train[train_hf]: "))
+    assert "results/pin_env/packages/transformers.json" in trained, runs["stages"]["train_hf"]["reasons"]
+    assert any(r.startswith("judge_training[train_hf]: ") for r in runs["stages"]["train_hf"]["reasons"])
     assert changes["baseline"]["sha256"] == signed["report_sha256"]
     against = changes["against_baseline"]
     assert {"what": "transformers (pinned)", "before": "==5.16.0", "now": "==5.16"} in against["environment"]
