@@ -7,8 +7,6 @@ import pytest
 
 from qwen3_pilot.decisions import deciding_figure, duration, number
 
-CONFIG = {"kernels": {"loss_tolerance": 0.0001}}
-
 
 @pytest.mark.parametrize("value, digits, text", [
     (0.0, 3, "0"), (2.5506515502929688, 3, "2.55"), (7.643583297729492, 4, "7.644"), (3216.2119206432935, 3, "3,216"),
@@ -22,14 +20,25 @@ def test_a_training_stage_is_decided_by_its_gate_against_the_threshold():
     stage = {"stage": "train_native", "figures": {"gate": {
         "step1_loss_loaded": 5.092931747436523, "step1_loss_random_init": 7.643583297729492,
         "gap": 2.5506515502929688, "min_gap": 1.0}}}
-    assert deciding_figure(stage, CONFIG) == "step-1 loss 5.093 vs random-init 7.644: gap 2.55 nats, needs >= 1"
+    assert deciding_figure(stage) == "step-1 loss 5.093 vs random-init 7.644: gap 2.55 nats, needs >= 1"
+
+
+def test_kernel_replacements_are_held_to_the_tolerance_their_judge_recorded():
+    replacements = {"per_kernel": {"rope_hf": {"replaced": 4}, "moe_grouped_experts": {"replaced": 4}},
+                    "against_plain": {"max_abs_loss_diff": 1.9073486328125e-06, "tolerance": 0.001}}
+    figures = {"parameters": 1234567, "full_width_parameters": 1906330624, "first_loss": 7.61, "final_loss": 6.5,
+               "kernel_replacements": replacements}
+    stage = {"stage": "moe_reduced", "figures": figures}
+    assert deciding_figure(stage) == ("1,234,567 parameters (1,906,330,624 at full width); loss 7.61 -> 6.5 nats; "
+                                      "rope_hf x 4, moe_grouped_experts x 4 (1 per layer); loss vs the plain run max "
+                                      "|diff| 1.91e-06 nats, needs <= 0.001")
 
 
 def test_a_failed_stage_without_its_figure_shows_its_reason_and_an_unknown_one_points_to_details():
     failed = {"stage": "train_hf", "figures": {"reason": "torchrun was killed by signal 9"}}
-    assert deciding_figure(failed, CONFIG) == "torchrun was killed by signal 9"
-    assert deciding_figure({"stage": "archive", "figures": {}}, CONFIG) == "see details"
-    assert deciding_figure({"stage": "benchmark", "status": "not_run"}, CONFIG) == "see details"
+    assert deciding_figure(failed) == "torchrun was killed by signal 9"
+    assert deciding_figure({"stage": "archive", "figures": {}}) == "see details"
+    assert deciding_figure({"stage": "benchmark", "status": "not_run"}) == "see details"
 
 
 def test_durations_come_from_the_recorded_start_and_end():

@@ -1,9 +1,9 @@
 """The figure that decided each stage, in words, with its unit and its threshold: the report's first table, what a
 reviewer reads before the details (e.g. "step-1 loss 5.09 vs random-init 7.64: gap 2.55 nats, needs >= 1").
 
-Every line is built from the stage's recorded figures and the run's config; a stage whose record lacks them (a
-failed or not-run stage) gets the reason it failed, or "see details". report.json keeps every raw value: this is
-wording only.
+Every line is built from the stage's recorded figures alone, each threshold as the stage's verdict recorded it;
+a stage whose record lacks them (a failed or not-run stage) gets the reason it failed, or "see details".
+report.json keeps every raw value: this is wording only.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def number(value: float, digits: int = 3) -> str:
     return text
 
 
-def _pin_env(f: dict[str, Any], config: dict[str, Any]) -> str:
+def _pin_env(f: dict[str, Any]) -> str:
     packages = f["packages"]
     line = f"{sum(p['ok'] for p in packages)} of {len(packages)} pins installed"
     lock = f.get("lock") or {}
@@ -33,51 +33,52 @@ def _pin_env(f: dict[str, Any], config: dict[str, Any]) -> str:
     return line
 
 
-def _fetch_corpus(f, config):
+def _fetch_corpus(f):
     return f"{f['documents']:,} documents, {number(f['bytes'] / 1e6)} MB, sha256 {f['source_sha256'][:12]}..."
 
 
-def _fixture(f, config):
+def _fixture(f):
     return (f"pretrained {f['steps']} steps: loss {number(f['init_loss'], 4)} -> {number(f['final_loss'], 4)} nats "
             f"(ln vocab {number(f['ln_vocab'], 4)})")
 
 
-def _fetch_weights(f, config):
+def _fetch_weights(f):
     return (f"{f['files']} files checked against the hub's checksums; {f['safetensors_tensors']} tensors, "
             f"{f['parameters_stored']:,} parameters")
 
 
-def _verify_ranks(f, config):
+def _verify_ranks(f):
     live, plan = f["live"], f["plan"]
     return (f"{live['ranks_seen']} of {live['expected_ranks']} ranks answered the collectives; the "
             f"{plan['world_size']}-rank FSDP plan of Qwen3-{plan['flavor']}: {number(plan['static_gib_per_rank'])} GiB "
             f"per rank, budget {number(plan['hbm_per_rank_gib'])} GiB")
 
 
-def _train(f, config):
+def _train(f):
     gate = f["gate"]
     line = (f"step-1 loss {number(gate['step1_loss_loaded'], 4)} vs random-init "
             f"{number(gate['step1_loss_random_init'], 4)}: gap {number(gate['gap'])} nats, needs >= "
             f"{number(gate['min_gap'])}")
     replacements = f.get("kernel_replacements")
     if isinstance(replacements, dict):
-        line += "; " + _replacements(replacements, config)
+        line += "; " + _replacements(replacements)
     return line
 
 
-def _replacements(record: dict[str, Any], config: dict[str, Any]) -> str:
+def _replacements(record: dict[str, Any]) -> str:
+    """The tolerance is the one the judge held the run to (recorded with the verdict), like the gate's min_gap."""
     counts = ", ".join(f"{kernel} x {entry['replaced']}" for kernel, entry in record["per_kernel"].items())
-    diff = record["against_plain"]["max_abs_loss_diff"]
-    return (f"{counts} (1 per layer); loss vs the plain run max |diff| {number(diff)} nats, needs <= "
-            f"{number(config['kernels']['loss_tolerance'])}")
+    agreement = record["against_plain"]
+    return (f"{counts} (1 per layer); loss vs the plain run max |diff| {number(agreement['max_abs_loss_diff'])} "
+            f"nats, needs <= {number(agreement['tolerance'])}")
 
 
-def _compare(f, config):
+def _compare(f):
     return (f"step-1 losses of the two recipes differ by {number(f['abs_difference'])} nats, needs <= "
             f"{number(f['tolerance'])}")
 
 
-def _export_reload(f, config):
+def _export_reload(f):
     parts = []
     for recipe in ("native", "hf"):
         logits = f[recipe]["logits_vs_torchtitan"]
@@ -86,7 +87,7 @@ def _export_reload(f, config):
     return "; ".join(parts)
 
 
-def _kernel_numerics(f, config):
+def _kernel_numerics(f):
     rows = f["numerics"]
     largest = f["largest_diff_per_dtype"]
     worst = "; ".join(f"{kernel}: " + ", ".join(f"{dtype} {number(diff)}" for dtype, diff in dtypes.items())
@@ -95,20 +96,20 @@ def _kernel_numerics(f, config):
     return f"{passed} of {len(rows)} comparisons within tolerance; largest |diff| {worst}"
 
 
-def _moe_reduced(f, config):
+def _moe_reduced(f):
     return (f"{f['parameters']:,} parameters ({f['full_width_parameters']:,} at full width); loss "
             f"{number(f['first_loss'], 4)} -> {number(f['final_loss'], 4)} nats; "
-            + _replacements(f["kernel_replacements"], config))
+            + _replacements(f["kernel_replacements"]))
 
 
-def _benchmark(f, config):
+def _benchmark(f):
     rows = [r for r in f["table"] if r["run"] == "eager"]
     return "; ".join(f"{r['recipe']}: steady step {number(r['median_step_s'])} s median, "
                      f"{number(r['tokens_per_s_per_rank'])} tokens/s per rank, MFU {number(r['mfu_pct'], 2)} %"
                      for r in rows)
 
 
-DECIDING: dict[str, Callable[[dict[str, Any], dict[str, Any]], str]] = {
+DECIDING: dict[str, Callable[[dict[str, Any]], str]] = {
     "pin_env": _pin_env, "fetch_corpus": _fetch_corpus, "fixture_checkpoint": _fixture,
     "fetch_weights": _fetch_weights, "verify_ranks": _verify_ranks, "train_hf": _train, "train_native": _train,
     "compare_recipes": _compare, "export_reload": _export_reload, "kernel_numerics": _kernel_numerics,
@@ -116,12 +117,13 @@ DECIDING: dict[str, Callable[[dict[str, Any], dict[str, Any]], str]] = {
 }
 
 
-def deciding_figure(stage: dict[str, Any], config: dict[str, Any]) -> str:
-    """The stage's deciding figure in words; for a stage that failed, its reason when the figure is missing."""
+def deciding_figure(stage: dict[str, Any]) -> str:
+    """The stage's deciding figure in words, from its record alone (each threshold as its verdict recorded it);
+    for a stage that failed, its reason when the figure is missing."""
     figures = stage.get("figures") or {}
     describe = DECIDING.get(stage["stage"])
     try:
-        return describe(figures, config) if describe else "see details"
+        return describe(figures) if describe else "see details"
     except (KeyError, TypeError, ZeroDivisionError, AttributeError):
         reason = figures.get("reason") if isinstance(figures, dict) else None
         return str(reason) if reason else "see details"
