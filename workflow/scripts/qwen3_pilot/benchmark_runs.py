@@ -98,6 +98,13 @@ def relative(new: float, old: float) -> float | None:
 
 # ---- one run's figures, and the comparisons between runs ----
 
+def run_changes(compile_backend: str | None) -> dict[str, Any]:
+    """What a benchmark run changes in its recipe's TrainerRun: no checkpoint (random init computes the same step
+    as the fetched weights, and saving an export would add its time to the last step), and torch.compile with
+    `compile_backend` or eager. Used by the stage and by the preflight."""
+    return {"use_checkpoint": False, "compile_backend": compile_backend}
+
+
 def variants(
     recipe: str, rules: list[dict[str, str]], settings: dict[str, Any], compile_backend: str
 ) -> list[tuple[str, list, str | None]]:

@@ -106,7 +106,7 @@ def checkpoint_stand_in(work: Path, config_json: Path) -> Path:
 def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path) -> dict[str, Path]:
     """The TrainerRun each neuron training stage would write, with the trn2 config's values."""
     from .parity import read_checkpoint_values
-    from .reduced_moe import model_spec
+    from .reduced_moe import model_spec, reduced_moe_changes
     from .trainer_run import PARITY_FILE, ROUTER_LOAD_FILE
     from .training import trainer_run
 
@@ -123,11 +123,8 @@ def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path)
         )
         if stage == "moe_reduced":
             vocab = read_checkpoint_values(checkpoint)["vocab_size"]
-            trainer = trainer.replace(
-                use_checkpoint=False,
-                moe=model_spec(config["moe"], config["moe"]["width"], vocab, config["training"]["seq_len"]),
-                router_load_path=str((folder / "run" / ROUTER_LOAD_FILE).resolve()),
-            )
+            spec = model_spec(config["moe"], config["moe"]["width"], vocab, config["training"]["seq_len"])
+            trainer = trainer.replace(**reduced_moe_changes(spec, folder / "run" / ROUTER_LOAD_FILE))
         paths[stage] = folder / "recipe.json"
         trainer.write(paths[stage])
     return paths
@@ -261,7 +258,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
     not neuron.lnc)."""
     from .backends.neuron import launch_environment_problems
     from .ranks import rank_worker_command
-    from .training import CONFIG_FUNCTIONS, CONTROL_RECIPE, PLAIN_RECIPE, trainer_launch
+    from .training import CONFIG_FUNCTIONS, CONTROL_CHANGES, CONTROL_RECIPE, PLAIN_CHANGES, PLAIN_RECIPE, trainer_launch
 
     problems = launch_environment_problems(config)
     if problems:
@@ -280,13 +277,13 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
         "command": [python, str(project / "workflow" / "scripts" / "kernel_numerics.py")],
         "env": backend.device_process_env,
     }]
-    # Each launch's own settings beside the stage's recipe (every setting reaches the ranks in its TrainerRun file).
+    # What each launch changes in the stage's own recipe (every setting reaches the ranks in its TrainerRun file).
     for stage in ("train_native", "train_hf", "moe_reduced"):
-        kinds = [("run", "recipe.json", {"use_checkpoint": stage != "moe_reduced"})]
+        kinds = [("run", "recipe.json", {})]
         if stage != "moe_reduced":
-            kinds.append(("control", CONTROL_RECIPE, {"use_checkpoint": False, "steps": 1}))
+            kinds.append(("control", CONTROL_RECIPE, CONTROL_CHANGES))
         if stage_kernel_rules(config, stage):
-            kinds.append(("plain", PLAIN_RECIPE, {"replacements": []}))
+            kinds.append(("plain", PLAIN_RECIPE, PLAIN_CHANGES))
         for kind, recipe, settings in kinds:
             command, env = trainer_launch(
                 backend, backend.ranks_per_node, CONFIG_FUNCTIONS[stage], results / stage / recipe,
@@ -300,7 +297,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
 def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Path) -> list[dict[str, Any]]:
     """The benchmark stage's launches: per recipe and run, with the compile backend and the fresh compile
     cache folder of each measurement that compiles (the eager one too on neuron)."""
-    from .benchmark_runs import compile_cache_folder, run_paths, variants
+    from .benchmark_runs import compile_cache_folder, run_changes, run_paths, variants
     from .training import CONFIG_FUNCTIONS, trainer_launch
 
     launches = []
@@ -315,7 +312,7 @@ def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Pat
                 rank_log_dir=backend.rank_log_dir(logs / "benchmark" / "benchmark.log", launch_name),
                 extra_env=backend.compile_cache_env(cache) if cache else None,
             )
-            settings = {"use_checkpoint": False, "compile_backend": compile_backend, "replacements": replaced}
+            settings = {**run_changes(compile_backend), "replacements": replaced}
             launches.append({"stage": "benchmark", "launch": f"{recipe} {variant}", "command": command, "env": env,
                              "run": settings})
     return launches

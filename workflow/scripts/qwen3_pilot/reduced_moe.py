@@ -21,6 +21,12 @@ def model_spec(moe: dict[str, Any], width: dict[str, Any], vocab_size: int, max_
     }
 
 
+def reduced_moe_changes(spec: dict[str, Any], router_load_path: Path) -> dict[str, Any]:
+    """What the reduced MoE's run sets in a TrainerRun: random init (there are no reduced weights to load), the
+    model spec, and where its router load goes. Used by stage moe_reduced, the benchmark and the preflight."""
+    return {"use_checkpoint": False, "moe": spec, "router_load_path": str(Path(router_load_path).resolve())}
+
+
 def router_load(path: Path, tokens_per_step: int, top_k: int) -> tuple[dict[str, Any], list[str]]:
     """Tokens routed to each expert per layer, summed over the steps, with the max/mean ratio; every
     step must route each token to exactly top_k experts."""

@@ -27,6 +27,9 @@ CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe
 # control.
 PLAIN_RECIPE = "recipe.plain.json"
 CONTROL_RECIPE = "recipe.control.json"
+# What each of those runs changes in the stage's TrainerRun (the stages launch them; the preflight shows them).
+PLAIN_CHANGES = {"replacements": ()}
+CONTROL_CHANGES = {"use_checkpoint": False, "steps": 1}
 
 # torchtitan's metric names -> the names in the stage's per-step table.
 STEP_METRICS = {
@@ -80,7 +83,7 @@ def trainer_run(
 
 def control_run(run: TrainerRun) -> TrainerRun:
     """The random-init control of `run`: the same recipe and first batch, no checkpoint loaded, one step."""
-    return run.replace(use_checkpoint=False, steps=1)
+    return run.replace(**CONTROL_CHANGES)
 
 
 def clear_run_dir(run_dir: Path) -> None:
@@ -331,7 +334,7 @@ def replaced_and_plain(
         return None
     figures = replacement_check(stage, run, list(trainer.replacements), n_layers)
     plain_run, plain_steps = launch_and_read(
-        f"{stage} (plain, no kernel replacements)", backend, trainer.replace(replacements=()),
+        f"{stage} (plain, no kernel replacements)", backend, trainer.replace(**PLAIN_CHANGES),
         config_function=config_function, recipe_path=plain_recipe, run_dir=plain_dir, log_path=log_path,
     )
     return {**figures, "plain_steps": plain_steps, "plain_launch_wall_s": round(plain_run.wall_s, 2)}

@@ -15,13 +15,14 @@ from ..benchmark_runs import (
     compile_effect,
     cost,
     kernel_effect,
+    run_changes,
     run_figures,
     run_paths,
     table_row,
     variants,
 )
 from ..parity import read_checkpoint_values
-from ..reduced_moe import model_spec
+from ..reduced_moe import model_spec, reduced_moe_changes
 from ..summary import record_measured
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (
@@ -54,16 +55,14 @@ def run(
         runs: dict[str, dict[str, Any]] = {}
         for variant, replacements, compile_backend in variants(name, kernels[name], settings, backend.compile_backend):
             recipe_path, run_dir, launch_name = run_paths(out_dir, name, variant)
-            # No checkpoint: random init computes the same step as the fetched weights, and saving an export
-            # would add its time to the last step.
             trainer = trainer_run(
                 stage=name, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
                 training=bench_training, peak_flops_per_rank=peak, parity_path=folder / PARITY_FILE,
                 replacements=replacements, lnc=backend_config["neuron"]["lnc"],
-            ).replace(use_checkpoint=False, compile_backend=compile_backend)
+            ).replace(**run_changes(compile_backend))
             if name == "moe_reduced":
-                trainer = trainer.replace(moe=model_spec(moe, moe["width"], vocab_size, training["seq_len"]),
-                                          router_load_path=str((run_dir / ROUTER_LOAD_FILE).resolve()))
+                spec = model_spec(moe, moe["width"], vocab_size, training["seq_len"])
+                trainer = trainer.replace(**reduced_moe_changes(spec, run_dir / ROUTER_LOAD_FILE))
             launch, steps = launch_and_read(
                 f"{STAGE} {name} ({variant})", backend, trainer, config_function=CONFIG_FUNCTIONS[name],
                 recipe_path=recipe_path, run_dir=run_dir, log_path=log_path,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..parity import read_checkpoint_values
-from ..reduced_moe import STAGE, model_spec, router_load
+from ..reduced_moe import STAGE, model_spec, reduced_moe_changes, router_load
 from ..summary import record_measured
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (
@@ -51,7 +51,7 @@ def run(
         # Unused by this recipe (no checkpoint to match); launch_failure looks for it.
         parity_path=recipe_path.with_name(PARITY_FILE), replacements=kernels["rules"],
         lnc=backend_config["neuron"]["lnc"],
-    ).replace(use_checkpoint=False, moe=trained_spec, router_load_path=str((run_dir / ROUTER_LOAD_FILE).resolve()))
+    ).replace(**reduced_moe_changes(trained_spec, run_dir / ROUTER_LOAD_FILE))
     run, steps = launch_and_read(
         STAGE, backend, trainer, config_function=CONFIG_FUNCTIONS[STAGE], recipe_path=recipe_path, run_dir=run_dir,
         log_path=log_path,
