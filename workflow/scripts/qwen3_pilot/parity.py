@@ -81,6 +81,14 @@ def _same(built: Any, expected: Any) -> bool:
     return built == expected
 
 
+ACCEPTED = "accepted difference"
+
+
+def accepted_verdict(reason: str | None) -> str:
+    """A parity row's verdict for an accepted difference: with its reason, or bare until the judge adds it."""
+    return f"{ACCEPTED}: {reason}" if reason else ACCEPTED
+
+
 def parity_table(
     built: dict[str, Any], checkpoint: dict[str, Any], accepted: Mapping[str, str | None]
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -99,16 +107,13 @@ def parity_table(
         if same:
             verdict = "match"
         elif field in accepted:
-            verdict = ACCEPTED + (f": {accepted[field]}" if accepted[field] else "")
+            verdict = accepted_verdict(accepted[field])
         else:
             verdict = "MISMATCH"
             problems.append(f"{field}: built {built.get(field)!r}, checkpoint config.json {checkpoint.get(field)!r}")
         rows.append({"field": field, "built": built.get(field), "checkpoint": checkpoint.get(field),
                      "verdict": verdict})
     return rows, problems
-
-
-ACCEPTED = "accepted difference"
 
 
 def with_reasons(rows: list[dict[str, Any]], reasons: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -120,7 +125,7 @@ def with_reasons(rows: list[dict[str, Any]], reasons: Mapping[str, str]) -> list
             if row["field"] not in reasons:
                 raise ParityError(f"{row['field']}: accepted as a difference when the run was made, but not in "
                                   "the judge's accepted_differences: rerun the training stage")
-            row = {**row, "verdict": f"{ACCEPTED}: {reasons[row['field']]}"}
+            row = {**row, "verdict": accepted_verdict(reasons[row["field"]])}
         judged.append(row)
     return judged
 

@@ -67,6 +67,7 @@ def run(
         config_function=CONFIG_FUNCTIONS[STAGE], recipe_path=recipe_path, run=run, steps=steps, plain_dir=plain_dir,
         log_path=log_path, n_layers=moe["layers"],
     )
+    full_width_trained = trained_params == full_params
     measurement = StageMeasurement(
         stage=STAGE,
         backend=backend.name,
@@ -75,7 +76,7 @@ def run(
             "published_model": {"layers": full["layers"], "experts": full["experts"]},
             "parameters": trained_params,
             "full_width_parameters": full_params,
-            "full_width_trained": trained_params == full_params,
+            "full_width_trained": full_width_trained,
             "ranks": backend.expected_ranks,
             "dist_backend": backend.dist_backend,
             "parallelism": "FSDP over all ranks, tensor parallel 1, no expert parallelism, SDPA attention, eager",
@@ -91,7 +92,7 @@ def run(
         notes=[
             "REDUCED MODEL: Qwen3-30B-A3B's architecture cut to "
             f"{moe['layers']} layers and {moe['experts']} experts (top-{moe['top_k']})"
-            + ("" if trained_params == full_params else ", at tiny widths on this backend")
+            + ("" if full_width_trained else ", at tiny widths on this backend")
             + ", trained from random init. This is not a Qwen3-30B-A3B training result."
         ],
     )
