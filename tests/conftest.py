@@ -116,20 +116,27 @@ def backend_config(backend: str = "cpu", ranks: int = 2, **keys) -> dict:
     return {**{key: config[key] for key in BACKEND_CONFIG_KEYS}, "backend": backend, "ranks": ranks, **keys}
 
 
-def planned_stages(result: subprocess.CompletedProcess) -> set[str]:
-    """The stages a dry run plans, from its job blocks ("rule train:" ... "wildcards: recipe=train_hf")."""
-    from qwen3_pilot.stages import stage_of_job
-
-    stages, rule, wildcards = set(), None, {}
+def planned_job_blocks(result: subprocess.CompletedProcess) -> list[tuple[str, dict[str, str]]]:
+    """A dry run's jobs from its job blocks ("rule train:" ... "wildcards: stage=train_hf") as (rule, wildcards),
+    the default target's rule `all` left out."""
+    jobs, rule, wildcards = [], None, {}
     for line in (result.stdout + result.stderr).splitlines() + [""]:
         if line.startswith("rule ") and line.endswith(":"):
             rule, wildcards = line[5:-1], {}
         elif rule and line.strip().startswith("wildcards:"):
             wildcards = dict(pair.split("=", 1) for pair in line.split(":", 1)[1].strip().split(", "))
         elif rule and not line.startswith(" "):
-            stages.add(stage_of_job(rule, wildcards))
+            if rule != "all":
+                jobs.append((rule, wildcards))
             rule = None
-    return stages - {"all"}  # the default target's rule, not a stage
+    return jobs
+
+
+def planned_stages(result: subprocess.CompletedProcess) -> set[str]:
+    """The stages a dry run plans."""
+    from qwen3_pilot.stages import stage_of_job
+
+    return {stage_of_job(rule, wildcards) for rule, wildcards in planned_job_blocks(result)}
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import re
 
 import pytest
 import yaml
-from conftest import PROJECT, output, run_snakemake
+from conftest import PROJECT, output, planned_job_blocks, run_snakemake
 
 from qwen3_pilot.config import deep_update
 
@@ -36,18 +36,9 @@ def as_overlay(edit: str) -> dict:
 
 
 def planned_job_labels(result) -> set[str]:
-    """A dry run's jobs as rule[wildcard values] (its "rule X:" blocks and their "wildcards:" lines)."""
-    jobs, rule, values = set(), None, []
-    for line in (result.stdout + result.stderr).splitlines() + [""]:
-        if line.startswith("rule ") and line.endswith(":"):
-            rule, values = line[5:-1], []
-        elif rule and line.strip().startswith("wildcards:"):
-            values = [pair.split("=", 1)[1] for pair in line.split(":", 1)[1].strip().split(", ")]
-        elif rule and not line.startswith(" "):
-            if rule != "all":  # the target rule, planned by every run
-                jobs.add(rule + "".join(f"[{value}]" for value in values))
-            rule = None
-    return jobs
+    """A dry run's jobs as rule[wildcard values], as docs/reruns.md names them."""
+    return {rule + "".join(f"[{value}]" for value in wildcards.values())
+            for rule, wildcards in planned_job_blocks(result)}
 
 
 def with_overlay(ws, change, *args):

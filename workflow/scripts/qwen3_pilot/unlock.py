@@ -56,14 +56,19 @@ def other_runs(root: Path) -> list[tuple[int, str]]:
     return [(pid, command) for pid, command in workflow_processes(root) if pid not in mine]
 
 
+def listed(processes: list[tuple[int, str]]) -> str:
+    """One line per process for a message: its pid and the start of its command line."""
+    return "\n".join(f"  {pid}: {command[:200]}" for pid, command in processes)
+
+
 def refuse_while_running(root: Path, what: str) -> str | None:
     """Why `what` cannot run now in `root` (a run is rewriting its results), naming each process; None when
     nothing else of the workflow runs there."""
     running = other_runs(root)
     if not running:
         return None
-    return (f"{what}: a run of this workflow is in progress in {root}; run it again when that has ended:\n"
-            + "\n".join(f"  {pid}: {command[:200]}" for pid, command in running))
+    why = f"{what}: a run of this workflow is in progress in {root}; run it again when that has ended:"
+    return f"{why}\n{listed(running)}"
 
 
 def locks(root: Path) -> list[Path]:
@@ -84,10 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path.cwd()
     alive = workflow_processes(root)
     if alive:
-        print(f"make unlock: {len(alive)} process(es) of this workflow are alive in {root}; not unlocking:",
-              file=sys.stderr)
-        for pid, command in alive:
-            print(f"  {pid}: {command[:200]}", file=sys.stderr)
+        print(f"make unlock: {len(alive)} process(es) of this workflow are alive in {root}; not unlocking:\n"
+              + listed(alive), file=sys.stderr)
         return 1
     if not locks(root):
         print(f"make unlock: {root} holds no Snakemake lock")
