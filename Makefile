@@ -8,7 +8,7 @@ ARGS ?=
 # The trn2 configuration the preflight checks (config/config.yaml with these files laid over it).
 TRN2_CONFIG ?= config/trn2.yaml
 
-.PHONY: report test test-fast mutations preflight verify signoff lint lock lock-check install-neuron lock-neuron titan-compat unlock clean
+.PHONY: report report-pdf test test-fast mutations preflight verify signoff lint lock lock-check install-neuron lock-neuron titan-compat unlock clean
 
 $(VENV)/.installed: envs/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ $(VENV)/.installed: envs/cpu.lock pyproject.toml
 
 report: $(VENV)/.installed
 	$(BIN)/snakemake --cores all results/report.html $(ARGS)
+
+# results/report.pdf beside the finished report, for a sign-off record: headless Chromium prints the page (A4, the
+# decision on page 1, every detail expanded) from a copy held to the sha256 the report stage recorded.
+report-pdf: $(VENV)/.installed
+	$(BIN)/python -m qwen3_pilot.report_print pdf results/report.html results/report.pdf
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(ARGS)

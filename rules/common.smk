@@ -257,6 +257,17 @@ def get_stage_summaries():
     }
 
 
+def get_report_page_code():
+    """What lays out the report page (its templates, the formatting layer, the deciding figures, the plots): an
+    edit to any of them rebuilds the report from the same summaries, and nothing else.
+    """
+    package = Path(workflow.basedir) / "workflow" / "scripts" / "qwen3_pilot"
+    modules = ["pilot_report.py", "figure_view.py", "decisions.py", "plots.py"]
+    return sorted(str(path) for path in (package / "templates").glob("*.j2")) + [
+        str(package / module) for module in modules
+    ]
+
+
 def write_failed_report():
     """After a failed run (onerror): results/report.{html,json} from what is on disk, with the failed
     stages, what they measured and the stages they blocked; the run still exits non-zero.

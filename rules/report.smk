@@ -7,6 +7,7 @@ localrules:
 rule report:
     input:
         **get_stage_summaries(),
+        page=get_report_page_code(),
     output:
         html=report(
             "results/report.html",

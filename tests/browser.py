@@ -1,6 +1,6 @@
 """Headless Chromium driven over the DevTools protocol on a pipe (--remote-debugging-pipe: nothing listens on a
-port): open a page, record every request the page makes, take a screenshot. Debian's `chromium` package;
-.ci/run installs it."""
+port): open a page, record every request the page makes, evaluate expressions in it, take a screenshot.
+Debian's `chromium` package; .ci/run installs it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +90,34 @@ class DevTools:
         os.close(self._read)
 
 
-def render(url: str, width: int = 1280, height: int = 2400) -> tuple[bytes, list[str]]:
-    """(a PNG screenshot of the page at `url`, the URL of every request the page made, its own included)."""
+class Page:
+    """One open page: evaluate an expression in it, resize its viewport, take a screenshot."""
+
+    def __init__(self, browser: DevTools, session: str):
+        self.browser, self.session = browser, session
+
+    def evaluate(self, expression: str) -> Any:
+        reply = self.browser.send("Runtime.evaluate", self.session, expression=expression, returnByValue=True)
+        if "exceptionDetails" in reply:
+            raise RuntimeError(f"{expression}: {reply['exceptionDetails']}")
+        return reply["result"].get("value")
+
+    def resize(self, width: int, height: int) -> None:
+        self.browser.send("Emulation.setDeviceMetricsOverride", self.session, width=width, height=height,
+                          deviceScaleFactor=1, mobile=False)
+
+    def screenshot(self) -> bytes:
+        return base64.b64decode(self.browser.send("Page.captureScreenshot", self.session, format="png")["data"])
+
+    def requests(self) -> list[str]:
+        """The URL of every request the page made, its own included."""
+        return [event["params"]["request"]["url"] for event in self.browser.events
+                if event.get("method") == "Network.requestWillBeSent" and event.get("sessionId") == self.session]
+
+
+@contextmanager
+def open_page(url: str, width: int = 1280, height: int = 2400) -> Iterator[Page]:
+    """`url` loaded in a fresh headless Chromium with a `width` x `height` viewport."""
     with tempfile.TemporaryDirectory() as profile:
         browser = DevTools(Path(profile))
         try:
@@ -97,13 +125,16 @@ def render(url: str, width: int = 1280, height: int = 2400) -> tuple[bytes, list
             session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
             browser.send("Network.enable", session)
             browser.send("Page.enable", session)
-            browser.send("Emulation.setDeviceMetricsOverride", session, width=width, height=height,
-                         deviceScaleFactor=1, mobile=False)
+            page = Page(browser, session)
+            page.resize(width, height)
             browser.send("Page.navigate", session, url=url)
             browser.wait_for("Page.loadEventFired")
-            png = base64.b64decode(browser.send("Page.captureScreenshot", session, format="png")["data"])
+            yield page
         finally:
             browser.close()
-    requests = [event["params"]["request"]["url"] for event in browser.events
-                if event.get("method") == "Network.requestWillBeSent" and event.get("sessionId") == session]
-    return png, requests
+
+
+def render(url: str, width: int = 1280, height: int = 2400) -> tuple[bytes, list[str]]:
+    """(a PNG screenshot of the page at `url`, the URL of every request the page made, its own included)."""
+    with open_page(url, width, height) as page:
+        return page.screenshot(), page.requests()

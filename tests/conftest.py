@@ -353,15 +353,30 @@ def completed_run(pipeline_run) -> Path:
 UNCOPIED_CACHES = {"torchinductor", "triton", "tmp"}
 
 
-@pytest.fixture
-def copy_of_run(completed_run, tmp_path):
-    """A throwaway copy of the completed workspace (results, logs and Snakemake's metadata included), without
-    the compile and temp caches under .cache/ (over 300 MB that no rerun of a stage needs: they refill)."""
-    copy = tmp_path / "ws"
-    caches = completed_run / ".cache"
+def copy_run(run: Path, copy: Path) -> Path:
+    """A copy of a finished workspace (results, logs and Snakemake's metadata included), without the compile and
+    temp caches under .cache/ (over 300 MB that no rerun of a stage needs: they refill)."""
+    caches = run / ".cache"
 
     def skip_caches(folder: str, names: list[str]) -> list[str]:
         return [name for name in names if name in UNCOPIED_CACHES] if Path(folder) == caches else []
 
-    shutil.copytree(completed_run, copy, symlinks=True, ignore=skip_caches)
+    shutil.copytree(run, copy, symlinks=True, ignore=skip_caches)
     return copy
+
+
+@pytest.fixture
+def copy_of_run(completed_run, tmp_path):
+    """A throwaway copy of the completed workspace (copy_run)."""
+    return copy_run(completed_run, tmp_path / "ws")
+
+
+@pytest.fixture
+def chromium():
+    """Headless Chromium (tests/browser.py) for the tests that use it; CI requires it (REQUIRE_CHROMIUM)."""
+    from browser import CHROMIUM
+
+    if CHROMIUM is None:
+        if os.environ.get("REQUIRE_CHROMIUM"):
+            pytest.fail("REQUIRE_CHROMIUM is set and no chromium is on PATH (.ci/run installs Debian's chromium)")
+        pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")

@@ -5,20 +5,11 @@ is shown to catch a request on a page that makes one."""
 from __future__ import annotations
 
 import io
-import os
 
 import pytest
-from browser import CHROMIUM, render
+from browser import render
 
-
-@pytest.fixture(autouse=True)
-def chromium():
-    if CHROMIUM is None:
-        if os.environ.get("REQUIRE_CHROMIUM"):
-            pytest.fail("REQUIRE_CHROMIUM is set and no chromium is on PATH (.ci/run installs Debian's chromium)")
-        pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
-
-pytestmark = pytest.mark.chromium
+pytestmark = [pytest.mark.chromium, pytest.mark.usefixtures("chromium")]
 
 
 def outside_requests(requests, page):

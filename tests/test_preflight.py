@@ -89,7 +89,7 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert bench["moe_reduced plain"]["env"]["TORCH_NEURONX_NEFF_CACHE_DIR"].endswith("neuron/neff-cache")
     assert "Nothing in this preflight ran on Trainium" in report["nothing_ran_on_trainium"]
     html = (tmp_path / "preflight" / "preflight.html").read_text()
-    assert "Nothing in this preflight ran on Trainium" in html and "rope_hf_on_every_layer" in html
+    assert "Nothing in this preflight ran on Trainium" in html and "rope HF on every layer" in html
     assert "stage process (no torchrun)" in html and "workflow/scripts/kernel_numerics.py" in html
     assert json.loads((tmp_path / "preflight" / "preflight.json").read_text())["status"] == "pass"
 

@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from report_page import too_precise, visible_text
 
 from qwen3_pilot.pilot_report import NO_SUMMARY, overall_status
 from qwen3_pilot.pilot_report import titles as report_titles
@@ -68,8 +69,10 @@ def test_a_list_of_records_is_shown_as_an_escaped_table(tmp_path):
             {"field": "head_dim", "built": 128, "checkpoint": 128, "verdict": "match"}]
     build(tmp_path, {"train_native": write_summary(tmp_path, "train_native", figures={"parity": rows})})
     html = (tmp_path / "report.html").read_text()
-    assert "<th>built</th><th>checkpoint</th><th>field</th><th>verdict</th>" in html
-    assert "<td>1000000.0</td><td>5000000.0</td><td>rope_theta</td><td>MISMATCH &lt;b&gt;</td>" in html
+    # The naming column first; built and checkpoint echo config.json values, shown exactly as recorded.
+    assert "<caption>parity</caption>\n<tr><th>field</th><th>built</th><th>checkpoint</th><th>verdict</th></tr>" in html
+    assert ('<td>rope_theta</td><td class="exact">1000000.0</td><td class="exact">5000000.0</td>'
+            "<td>MISMATCH &lt;b&gt;</td>") in html
 
 
 def test_a_summary_for_another_stage_is_refused(tmp_path):
@@ -244,10 +247,10 @@ def test_the_environment_section_shows_the_lock_digest_platform_and_whether_the_
 def headed_runs(section):
     """(recipe, its runs) per heading of the page's benchmark section, from the runs table under it."""
     found = []
-    for recipe, table in re.findall(r'<h4 class="recipe">(.*?)</h4>\s*(<table><caption>table</caption>.*?</table>)',
-                                    section, re.S):
+    for recipe, table in re.findall(r'<h4 class="recipe">(.*?)</h4>\s*<div class="scroll"><table>\s*'
+                                    r"(<caption>table</caption>.*?</table>)", section, re.S):
         columns = re.findall(r"<th>(.*?)</th>", table)
-        rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(<td>.*?)</tr>", table, re.S)]
+        rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(<td.*?)</tr>", table, re.S)]
         assert "recipe" not in columns  # the heading names it
         found.append((recipe, [row[columns.index("run")] for row in rows]))
     return found
@@ -266,8 +269,8 @@ def test_the_benchmark_shows_one_headed_table_per_recipe_and_leaves_the_step_tim
                "cost": [{"recipe": "moe_reduced", "per_million_tokens": 1.5}]}
     report = build(tmp_path, {"benchmark": write_summary(tmp_path, "benchmark", figures=figures)})
     html = (tmp_path / "report.html").read_text()
-    section = html[html.index('<section id="benchmark">'):]
-    section = section[:section.index("</section>")]
+    section = html[html.index('<div id="benchmark">'):]
+    section = section[:section.index("</details>")]
     assert headed_runs(section) == [("train_native", ["eager", "compiled_cold"]), ("moe_reduced", ["eager", "plain"])]
     assert section.count("<caption>cost</caption>") == 1 and "no compile recipe" in section
     assert "&lt;b&gt;loud&lt;/b&gt;" in section and "<b>loud</b>" not in section
@@ -275,3 +278,26 @@ def test_the_benchmark_shows_one_headed_table_per_recipe_and_leaves_the_step_tim
     assert "<th>phase</th>" not in section  # no table of the per-step rows
     benchmark = next(stage for stage in report["stages"] if stage["stage"] == "benchmark")
     assert benchmark["figures"]["step_times"] == step_times
+
+
+def test_every_figure_on_the_page_is_readable_and_no_json_is_shown(tmp_path):
+    """Raw floats, big counts and nested records go in; the page shows each with the digits that fit it (exact
+    values aside) and no record as JSON text. report.json keeps every raw value."""
+    figures = {"peak_flops_per_rank": 37448974629.32509, "final_loss": 0.5289831917902781, "parameters": 1906330624,
+               "plan": {"architecture": {"dim": 2560}, "static_gib_per_rank": 0.9365234375, "fits": True},
+               "steps": [{"step": 1, "loss": 5.459681510925293, "extra": {"grad_norm": 1.9321751594543457}}],
+               "source_sha256": "0123456789" * 6 + "abcd", "tolerance": 1.0000000000000001e-05}
+    report = build(tmp_path, {"fetch_corpus": write_summary(tmp_path, "fetch_corpus", figures=figures)})
+    html = (tmp_path / "report.html").read_text()
+    assert too_precise(visible_text(html, skip_exact=True)) == []
+    assert '{"' not in visible_text(html) and "{&#34;" not in html
+    assert "0123456789" * 6 + "abcd" in visible_text(html) and "1e-05" in visible_text(html)
+    assert "plan &gt; static per rank (GiB)</th><td>0.937</td>" in html
+    stage = next(stage for stage in report["stages"] if stage["stage"] == "fetch_corpus")
+    assert stage["figures"]["final_loss"] == 0.5289831917902781
+
+
+def test_the_finished_runs_page_is_readable(completed_run):
+    html = (completed_run / "results" / "report.html").read_text()
+    assert too_precise(visible_text(html, skip_exact=True)) == []
+    assert '{"' not in visible_text(html)

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PROJECT, output, planned_job_blocks, run_snakemake
+from conftest import PROJECT, copy_run, output, planned_job_blocks, run_snakemake
 
 from qwen3_pilot.config import deep_update
+from qwen3_pilot.figure_view import number
 
 pytestmark = pytest.mark.e2e
 
@@ -64,31 +69,72 @@ def test_each_edit_plans_the_jobs_docs_reruns_md_lists(completed_run, edit, jobs
     assert planned_job_labels(result) == jobs, output(result)[-3000:]
 
 
-def test_a_gate_threshold_past_the_measured_gap_fails_the_report_then_passes_again_without_training(copy_of_run):
+@dataclass
+class GateRuns:
+    """The shared run's copy, failed by a gate threshold above both measured gaps, then passed again with the
+    threshold back: what each invocation printed and left."""
+
+    gap: float
+    failed: subprocess.CompletedProcess
+    failed_report: dict
+    failed_page: Path
+    passed: subprocess.CompletedProcess
+    passed_report: dict
+
+
+@pytest.fixture(scope="module")
+def gate_runs(completed_run, tmp_path_factory) -> GateRuns:
+    ws = copy_run(completed_run, tmp_path_factory.mktemp("gate") / "ws")
+    results = ws / "results"
+    gap = max(json.loads((results / stage / "summary.json").read_text())["figures"]["gate"]["gap"]
+              for stage in ("train_hf", "train_native"))
+    # --keep-going: both judges run, as a reviewer would want both verdicts of one threshold.
+    failed = with_overlay(ws, {"training": {"gate": {"min_gap": gap + 1.0}}}, "--cores", "2", "--keep-going",
+                          "results/report.html")
+    failed_report = json.loads((results / "report.json").read_text())
+    failed_page = shutil.copy(results / "report.html", ws.parent / "failed-report.html")
+    passed = run_snakemake(ws, "--cores", "2", "results/report.html")
+    return GateRuns(gap, failed, failed_report, Path(failed_page), passed,
+                    json.loads((results / "report.json").read_text()))
+
+
+def test_a_gate_threshold_past_the_measured_gap_fails_the_report_then_passes_again_without_training(gate_runs):
     """The verdict follows the threshold: min_gap above both recipes' measured gaps fails both training stages
     (their judges) and the report leads with them; the threshold back, the same figures pass. Neither run
     trains."""
-    gap = max(json.loads((copy_of_run / "results" / stage / "summary.json").read_text())["figures"]["gate"]["gap"]
-              for stage in ("train_hf", "train_native"))
-    # --keep-going: both judges run, as a reviewer would want both verdicts of one threshold.
-    failed = with_overlay(copy_of_run, {"training": {"gate": {"min_gap": gap + 1.0}}}, "--cores", "2",
-                          "--keep-going", "results/report.html")
+    gap, failed, passed = gate_runs.gap, gate_runs.failed, gate_runs.passed
     assert failed.returncode != 0
-    report = json.loads((copy_of_run / "results" / "report.json").read_text())
-    status = {stage["stage"]: stage["status"] for stage in report["stages"]}
-    assert status["train_native"] == status["train_hf"] == "fail", status
-    stages = {stage["stage"]: stage for stage in report["stages"]}
+    stages = {stage["stage"]: stage for stage in gate_runs.failed_report["stages"]}
+    assert stages["train_native"]["status"] == stages["train_hf"]["status"] == "fail"
     for stage in ("train_hf", "train_native"):
         assert f"training.gate.min_gap = {gap + 1.0}" in stages[stage]["figures"]["reason"]
         assert stages[stage]["figures"]["gate"]["gap"] < stages[stage]["figures"]["gate"]["min_gap"]
         assert len(stages[stage]["figures"]["steps"]) == 10  # every measured figure kept in the failure record
     for stage in ("compare_recipes", "export_reload"):
         assert stages[stage]["status"] == "not_run" and stages[stage]["notes"][0].startswith("blocked by train_")
-    html = (copy_of_run / "results" / "report.html").read_text()
+    html = gate_runs.failed_page.read_text()
     assert "This run failed." in html and "loaded-weights gate failed" in html and "min_gap" in html
-    passed = run_snakemake(copy_of_run, "--cores", "2", "results/report.html")
     assert passed.returncode == 0, output(passed)[-3000:]
-    report = json.loads((copy_of_run / "results" / "report.json").read_text())
-    assert all(stage["status"] == "pass" for stage in report["stages"] if stage["stage"] != "archive")
+    assert all(stage["status"] == "pass" for stage in gate_runs.passed_report["stages"])
     for result in (failed, passed):
         assert not re.search(r"^rule (train|moe_reduced|benchmark):", output(result), re.M), output(result)[-3000:]
+
+
+@pytest.mark.chromium
+@pytest.mark.usefixtures("chromium")
+def test_the_failed_reports_first_screen_shows_the_failed_gates_against_the_threshold_and_what_they_blocked(
+        gate_runs):
+    from browser import open_page
+    from report_page import FIRST_SCREEN
+
+    with open_page(gate_runs.failed_page.as_uri(), 1400, 900) as page:
+        screen = page.evaluate(FIRST_SCREEN)
+    assert screen["verdict"] == "fail" and screen["verdict_bottom"] <= 900
+    rows = {row["stage"]: row for row in screen["rows"]}
+    assert all(row["bottom"] <= 900 for row in screen["rows"]), screen["rows"]
+    threshold = f"needs >= {number(gate_runs.gap + 1.0)}"
+    for stage in ("train_hf", "train_native"):
+        assert rows[stage]["status"] == "fail" and "gap " in rows[stage]["figure"], rows[stage]
+        assert rows[stage]["figure"].endswith(threshold), rows[stage]
+    for stage in ("compare_recipes", "export_reload"):
+        assert rows[stage]["status"] == "not_run" and rows[stage]["figure"].startswith("blocked by train_"), rows[stage]

@@ -5,7 +5,7 @@ from qwen3_pilot.stages.report import run
 
 with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
     run(
-        summaries={stage: Path(snakemake.input[stage]) for stage in snakemake.input.keys()},
+        summaries={stage: Path(snakemake.input[stage]) for stage in snakemake.input.keys() if stage != "page"},
         config=snakemake.params.config,
         config_digest=snakemake.params.config_digest,
         workflow_dir=Path(snakemake.scriptdir),

@@ -266,13 +266,16 @@ def find_baseline(
     }
 
 
-def headline(runs: dict[str, Any], changes: dict[str, Any] | None) -> str:
-    """One sentence a reviewer reads first: what reran, what was reused, which figures moved."""
+def headline(runs: dict[str, Any], changes: dict[str, Any] | None, not_run: frozenset[str] = frozenset()) -> str:
+    """One sentence a reviewer reads first: what reran, what was reused, which figures moved. A stage the plan
+    ran that has no result (`not_run`: blocked by a failure) is said to have been planned, not run."""
     if not runs["recorded"]:
         parts = [runs["note"]]
     else:
-        stages = [name for name in runs["ran"] if name != "report"]
+        stages = [name for name in runs["ran"] if name != "report" and name not in not_run]
         parts = [f"{', '.join(stages) or 'no stage'} reran", f"{', '.join(runs['reused']) or 'nothing'} reused"]
+        if planned := [name for name in runs["ran"] if name in not_run]:
+            parts.append(f"{', '.join(planned)} planned but not run")
     if changes is None:
         parts.append("no baseline to compare figures with")
     else:
@@ -290,16 +293,17 @@ def changes_since_baseline(report: dict[str, Any], plan: dict[str, Any] | None, 
     """The report's `changes` section: this invocation's runs, and the comparison with the baseline. With
     strict=False (the failed-run report) a baseline that cannot be used is said instead of raised."""
     runs = stage_runs(plan, report["stages"])
+    not_run = frozenset(stage["stage"] for stage in report["stages"] if stage["status"] == "not_run")
     try:
         found = find_baseline(configured, workflow_dir, signoffs)
     except BaselineError as error:
         if strict:
             raise
-        return {"headline": f"{headline(runs, None)} The baseline was not used: {error}", "invocation": runs,
+        return {"headline": f"{headline(runs, None, not_run)} The baseline was not used: {error}", "invocation": runs,
                 "baseline": None, "against_baseline": None}
     changes = baseline_changes(report, found[0]) if found else None
     return {
-        "headline": headline(runs, changes),
+        "headline": headline(runs, changes, not_run),
         "invocation": runs,
         "baseline": found[1] if found else None,
         "against_baseline": changes,

@@ -12,15 +12,7 @@ import datetime
 from collections.abc import Callable
 from typing import Any
 
-
-def number(value: float, digits: int = 3) -> str:
-    """`digits` significant digits, without an exponent for the figures a stage records (1e-4 .. 1e7)."""
-    if value == 0:
-        return "0"
-    text = f"{value:.{digits}g}"
-    if "e" in text and 1e-4 <= abs(value) < 1e7:
-        text = f"{value:,.{max(0, digits - len(str(int(abs(value)))))}f}"
-    return text
+from .figure_view import number
 
 
 def _pin_env(f: dict[str, Any]) -> str:
@@ -119,8 +111,11 @@ DECIDING: dict[str, Callable[[dict[str, Any]], str]] = {
 
 def deciding_figure(stage: dict[str, Any]) -> str:
     """The stage's deciding figure in words, from its record alone (each threshold as its verdict recorded it);
-    for a stage that failed, its reason when the figure is missing."""
+    for a stage that failed, its reason when the figure is missing; for one that did not run, why (blocked by
+    which stage, not reached)."""
     figures = stage.get("figures") or {}
+    if stage.get("status") == "not_run" and stage.get("notes"):
+        return str(stage["notes"][0])
     describe = DECIDING.get(stage["stage"])
     try:
         return describe(figures) if describe else "see details"

@@ -201,51 +201,57 @@ def report_changes(report: dict[str, Any], json_path: Path, failed_run: bool) ->
 PER_RECIPE: dict[str, tuple[str, ...]] = {"benchmark": ("table", "compile", "kernels", "cost")}
 
 
-def is_records(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(row, dict) for row in value)
-
-
 def by_recipe(figures: dict[str, Any], keys: list[str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """The records of `keys` by recipe and then figure, each row without its recipe and its run first (it
-    names the row; summaries are written with their keys sorted)."""
+    """The records of `keys` by recipe and then figure, each row without its recipe."""
     grouped: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for key in keys:
         for row in figures[key]:
-            rest = sorted(((column, value) for column, value in row.items() if column != "recipe"),
-                          key=lambda item: item[0] != "run")
-            grouped.setdefault(row["recipe"], {}).setdefault(key, []).append(dict(rest))
+            rest = {column: value for column, value in row.items() if column != "recipe"}
+            grouped.setdefault(row["recipe"], {}).setdefault(key, []).append(rest)
     return grouped
 
 
 def page_figures(stage: dict[str, Any], plotted: bool) -> dict[str, Any]:
-    """A stage's figures as the page shows them: `per_recipe`, its PER_RECIPE records by recipe; `drawn`,
-    the figures left to its plot (plots.DRAWN_IN_FULL) when it has one; `figures`, the rest as they are."""
+    """A stage's figures as the page shows them (figure_view's tables): `per_recipe`, its PER_RECIPE records by
+    recipe; `drawn`, the figures left to its plot (plots.DRAWN_IN_FULL) when it has one; `blocks`, the rest."""
+    from .figure_view import blocks, is_records, label, records_block
     from .plots import DRAWN_IN_FULL
 
     figures = stage["figures"]
     drawn = [key for key in DRAWN_IN_FULL.get(stage["stage"], ()) if plotted and key in figures]
     grouped = [key for key in PER_RECIPE.get(stage["stage"], ())
                if is_records(figures.get(key)) and all("recipe" in row for row in figures[key])]
-    return {"figures": {key: value for key, value in figures.items() if key not in drawn + grouped},
-            "per_recipe": by_recipe(figures, grouped), "drawn": drawn}
+    per_recipe = {recipe: [records_block(label(key), rows) for key, rows in tables.items()]
+                  for recipe, tables in by_recipe(figures, grouped).items()}
+    return {"blocks": blocks({key: value for key, value in figures.items() if key not in drawn + grouped}),
+            "per_recipe": per_recipe, "drawn": drawn}
+
+
+def moved_cells(moved: dict[str, Any], which: str | None = None):
+    """A moved figure's before and now (or its `which`, e.g. its change) as the page shows them."""
+    from .figure_view import figure_path_text
+
+    if which:
+        return figure_path_text(moved["figure"], moved[which])
+    return figure_path_text(moved["figure"], moved["before"]), figure_path_text(moved["figure"], moved["now"])
 
 
 def environment():
-    """The templates' jinja2 environment: autoescaped, strict, with the filters the templates use."""
+    """The templates' jinja2 environment: autoescaped, strict, with the helpers the templates use."""
     import jinja2
+
+    from .decisions import deciding_figure, duration, preflight_figure
+    from .figure_view import blocks, exact_text, is_records
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("qwen3_pilot", "templates"),
         autoescape=True,  # every value written into the page is escaped
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["compact"] = lambda value: value if isinstance(value, str) else json.dumps(value, default=str)
-    # A figure that is a list of records (a parity table, per-step metrics) is shown as a table.
+    env.filters["exact"] = exact_text
     env.tests["records"] = is_records
-    env.globals["page_figures"] = page_figures
-    from .decisions import deciding_figure, duration, preflight_figure
-
-    env.globals.update(deciding_figure=deciding_figure, duration=duration, preflight_figure=preflight_figure)
+    env.globals.update(deciding_figure=deciding_figure, duration=duration, preflight_figure=preflight_figure,
+                       page_figures=page_figures, moved_cells=moved_cells, view=blocks)
     return env
 
 
@@ -253,5 +259,9 @@ def render_html(report: dict[str, Any]) -> str:
     from .changes import flatten
     from .plots import report_plots
 
+    environment_rest = {key: value for key, value in report["environment"].items()
+                        if key not in ("packages", "pins_file", "lock")}
     return environment().get_template("report.html.j2").render(
-        report=report, plots=report_plots(report["stages"]), config_flat=flatten(report["config"]))
+        report=report, plots=report_plots(report["stages"]), config_flat=flatten(report["config"]),
+        failed=[stage["stage"] for stage in report["stages"] if stage["status"] == "fail"],
+        environment_rest=environment_rest)
