@@ -259,11 +259,12 @@ def get_stage_summaries():
 
 def get_report_page_code():
     """What lays out the report page (its templates, the formatting layer, the deciding figures, the plots): an
-    edit to any of them rebuilds the report from the same summaries, and nothing else.
-    """
-    package = Path(workflow.basedir) / "workflow" / "scripts" / "qwen3_pilot"
+    edit to any of them rebuilds the report from the same summaries, and nothing else. Relative to the workflow
+    folder, like every other input, so that a copy of the folder keeps its report."""
+    package = Path("workflow") / "scripts" / "qwen3_pilot"
     modules = ["pilot_report.py", "figure_view.py", "decisions.py", "plots.py"]
-    return sorted(str(path) for path in (package / "templates").glob("*.j2")) + [
+    templates = (Path(workflow.basedir) / package / "templates").glob("*.j2")
+    return sorted(str(package / "templates" / t.name) for t in templates) + [
         str(package / module) for module in modules
     ]
 

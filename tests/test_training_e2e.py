@@ -288,9 +288,21 @@ def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes
 
     (run_dir / "checkpoint").mkdir(parents=True, exist_ok=True)
     shutil.copytree(saved_step, run_dir / "checkpoint" / "step-10", dirs_exist_ok=True)
-    # The README's own command, with no --rerun-incomplete: the workflow profile resumes the run.
-    result = run_snakemake(copy_of_run, "--cores", "1", "results/report.html")
-    assert result.returncode == 0, output(result)[-3000:]
+    # The README's own command, with no --rerun-incomplete: the workflow profile resumes the run. A second
+    # Snakemake started on the folder while it runs is refused by Snakemake's lock (and told nothing about
+    # `make unlock`: the lock's holder is alive), and the first finishes unharmed.
+    first = subprocess.Popen([SNAKEMAKE, "--cores", "1", "results/report.html", "--configfile", "config/test.yaml"],
+                             cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=venv_env())
+    locks = copy_of_run / ".snakemake" / "locks"
+    while not (locks.is_dir() and any(locks.iterdir())):
+        assert first.poll() is None, first.communicate()[0][-3000:]
+        time.sleep(0.1)
+    second = run_snakemake(copy_of_run, "--cores", "1", "results/report.html")
+    assert second.returncode != 0 and "Directory cannot be locked" in output(second), output(second)[-3000:]
+    assert "make unlock" not in output(second)
+    stdout, _ = first.communicate(timeout=1500)
+    assert first.returncode == 0, stdout[-3000:]
     good = json.loads((copy_of_run / "results" / "report.json").read_text())
     assert not good["failed_run"] and good["status"] != "fail"
     assert {s["stage"]: s["status"] for s in good["stages"]}["train_native"] == "pass"
