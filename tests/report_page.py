@@ -88,11 +88,15 @@ OPENED_BY_LINK = """[...document.querySelectorAll('table.decision a')].map(link 
 
 
 def words_in_order(wanted: str, text: str) -> bool:
-    """Whether the words of `wanted` occur in `text` in their order, other words between them allowed: how a
-    PDF's extracted text holds a table cell that wrapped (its lines interleave with the other columns' lines).
-    Hyphens are dropped on both sides: pdftotext joins a word broken at one."""
-    def words(value: str) -> list[str]:
-        return value.replace("-", "").split()
-
-    remaining = iter(words(text))
-    return all(any(word == seen for seen in remaining) for word in words(wanted))
+    """Whether the words of `wanted` occur in `text` in their order, other text between them allowed: how a PDF's
+    extracted text holds a table cell that wrapped (its lines interleave with the other columns' lines). Spaces
+    and hyphens are dropped on both sides first: pdftotext joins a word broken at a hyphen, and may drop or add
+    a space where a line wraps ("MFU 2 %" comes back as "MFU\n2%")."""
+    squeezed = "".join(text.replace("-", "").split())
+    position = 0
+    for word in wanted.replace("-", "").split():
+        found = squeezed.find(word, position)
+        if found < 0:
+            return False
+        position = found + len(word)
+    return True

@@ -185,7 +185,7 @@ def path_label(path: tuple[str, ...]) -> str:
         for above in reversed(labels[:-1]):
             if above.endswith(")"):
                 unit = above[above.rindex(" ("):]
-                labels = [text.removesuffix(unit) for text in labels[:-1]] + [labels[-1] + unit]
+                labels = [part.removesuffix(unit) for part in labels[:-1]] + [labels[-1] + unit]
                 break
     return " > ".join(labels)
 
