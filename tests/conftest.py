@@ -272,8 +272,10 @@ def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
                             cwd=ws, timeout=1500, env=venv_env(**DUMMY_SECRETS))
         assert result.returncode == 0, output(result)[-8000:]
         run_id = re.search(r"SLURM run ID: (\S+)", output(result)).group(1)
-        # The plugin names every job of a run by the run's id.
-        records = in_cluster(prefix, "sacct", "-X", "-n", "-P", "--name", run_id, "-o", ",".join(SACCT_FIELDS))
+        # The plugin names every job of a run by the run's id. sacct lists only jobs since midnight unless told a
+        # start: a run that spans midnight would lose its earlier jobs.
+        records = in_cluster(prefix, "sacct", "-X", "-n", "-P", "--starttime", "2000-01-01", "--name", run_id, "-o",
+                             ",".join(SACCT_FIELDS))
         node = in_cluster(prefix, "scontrol", "show", "node", "-o").stdout
     jobs = [dict(zip(SACCT_FIELDS, line.split("|"), strict=True)) for line in records.stdout.splitlines()]
     return PipelineRun(ws, slurm_jobs=jobs, slurm_node=node)
