@@ -111,7 +111,7 @@ def text(key: str, value: Any) -> str:
         if "pct" in parts:
             return f"{value:,.1f}"
         return number(value, 4 if LOSS_WORDS & parts else 3)
-    if isinstance(value, list) and all(not isinstance(item, (dict, list)) for item in value):
+    if isinstance(value, list) and is_scalar_like(value):
         if len(value) <= LIST_SHOWN:
             return ", ".join(text(key, item) for item in value) or "none"
         numbers = [item for item in value if isinstance(item, (int, float)) and not isinstance(item, bool)]

@@ -20,7 +20,7 @@ def run(*, stage: str, judging: dict[str, Any], measured_path: Path, summary_pat
     figures = dict(measured["figures"])
     record_measured(**figures)  # a failed judgment's record keeps every measured figure
     judge = judge_moe_reduced if stage == "moe_reduced" else judge_recipe
-    verdict = judge(stage, figures, judging)
+    verdict = judge(stage, figures, judging, measured["backend"])
     summary = StageSummary(
         stage=stage, status="pass", backend=measured["backend"], figures=figures, notes=measured["notes"],
         # The work's own span: judging takes a moment and is not what the report times.
@@ -30,7 +30,7 @@ def run(*, stage: str, judging: dict[str, Any], measured_path: Path, summary_pat
     return summary.write(summary_path)
 
 
-def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any]) -> dict[str, str]:
+def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any], backend: str) -> dict[str, str]:
     """train_hf and train_native: the loaded-weights gate, the parity table's reasons, and the kernel replacements
     against the plain run. Fills `figures` with the judged figures; returns proves and does_not_prove."""
     loaded, control = figures["steps"], figures["control_steps"]
@@ -43,7 +43,7 @@ def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any]) -
     figures["parity"] = with_reasons(figures["parity"], judging["accepted_differences"])
     replacements = figures["kernel_replacements"] = replaced_against_plain(
         stage, loaded, figures["kernel_replacements"], judging.get("loss_tolerance"))
-    cpu = figures["dist_backend"] == "gloo"
+    cpu = backend == "cpu"
     return {
         "proves": (
             f"torchtitan's trainer ran {len(loaded)} steps of this recipe with FSDP over {figures['ranks']} "
@@ -64,7 +64,7 @@ def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any]) -
     }
 
 
-def judge_moe_reduced(stage: str, figures: dict[str, Any], judging: dict[str, Any]) -> dict[str, str]:
+def judge_moe_reduced(stage: str, figures: dict[str, Any], judging: dict[str, Any], backend: str) -> dict[str, str]:
     """The reduced MoE: its kernel replacements against the plain run (its router load and parameter counts were
     checked as they were measured: they have no configured threshold)."""
     steps, model, published = figures["steps"], figures["model"], figures["published_model"]
