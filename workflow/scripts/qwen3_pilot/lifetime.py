@@ -11,10 +11,12 @@ rank first thing.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import signal
 import sys
+from typing import NoReturn
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Looked up once, at import: as a Popen preexec_fn, die_with_parent runs between fork and exec, where
@@ -32,3 +34,13 @@ def die_with_parent() -> bool:
     if os.getppid() != parent or parent == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     return True
+
+
+def exit_once_recorded() -> NoReturn:
+    """Exits 0 once a process's work is recorded, skipping the interpreter's module teardown: after torch that
+    teardown is no work of the process, takes seconds, and can abort in C++ destructors. The exit handlers still
+    run (logging's flush, the compile worker pools' shutdown) and the standard streams are flushed."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -4,11 +4,9 @@ job's log is also kept beside it under a timestamped name."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import datetime
 import logging
-import os
 import shutil
 import sys
 import traceback
@@ -19,7 +17,7 @@ from typing import NoReturn
 from .artifacts import check_custody
 from .backends import keep_compiler_caches_in_project
 from .config import CACHE_ROOT
-from .lifetime import die_with_parent
+from .lifetime import die_with_parent, exit_once_recorded
 from .summary import mark_stage_started, write_failure
 
 log = logging.getLogger("qwen3_pilot")
@@ -64,12 +62,8 @@ def stage_log(
 def end_stage_process() -> NoReturn:
     """Exits as soon as the stage's work is recorded. The interpreter's teardown after torch is no work of
     the stage, yet Snakemake waits for it: measured on the 2-core build machine, 0.8 s after importing torch
-    and 1.3-2.5 s after a torch.compile, i.e. more than a small stage's whole work. The exit handlers still
-    run (logging's flush, the compile worker pools' shutdown); os._exit skips only the module teardown."""
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    and 1.3-2.5 s after a torch.compile, i.e. more than a small stage's whole work (lifetime.exit_once_recorded)."""
+    exit_once_recorded()
 
 
 def keep_failed_log(path: Path) -> Path:

@@ -13,7 +13,7 @@ import sys
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ..backends import backend_module
-from ..lifetime import die_with_parent
+from ..lifetime import die_with_parent, exit_once_recorded
 from ..titan_api import check_torchtitan_api
 from .recipes import load_recipe
 
@@ -46,6 +46,10 @@ def main() -> None:
     log.warning("backend workarounds applied: %s", applied or "none")
     log.warning("kernel implementations: %s", kernels or "no kernel replacements in this recipe")
     torchtitan_main()
+    # The run is recorded and the process group destroyed. A rank's interpreter teardown after that aborted
+    # once ("terminate called without an active exception", exit -6, after moe_reduced's last step in a fresh
+    # clone's make report) and failed a finished run; nothing in it is the run's.
+    exit_once_recorded()
 
 
 if __name__ == "__main__":
