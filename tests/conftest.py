@@ -9,7 +9,9 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -145,19 +147,64 @@ def workspace(tmp_path: Path):
 
 
 # The fixtures of the shared pipeline run: a test that uses one is an end-to-end test, marked so here.
-SHARED_RUN_FIXTURES = {"trained_run", "pipeline_run", "completed_run", "copy_of_run"}
+SHARED_RUN_FIXTURES = {"trained_run", "pipeline_run", "completed_run", "copy_of_run", "run_ahead"}
 
 
 def pytest_collection_modifyitems(items):
     def reads(item) -> set[str]:
         return SHARED_RUN_FIXTURES & set(getattr(item, "fixturenames", ()))
 
+    def order(item) -> int:
+        if not reads(item):
+            return 0
+        return 1 if reads(item) == {"trained_run"} else 3 if "run_ahead" in reads(item) else 2
+
     for item in items:
         if reads(item):
             item.add_marker(pytest.mark.e2e)
     # The others first, then what reads only the training stages (while the shared run goes on), then what
-    # reads the finished run; each file's tests in their order.
-    items.sort(key=lambda item: 0 if not reads(item) else 1 if reads(item) == {"trained_run"} else 2)
+    # reads the finished run, those started ahead last (their bodies run meanwhile); each file's tests in order.
+    items.sort(key=order)
+
+
+# Bodies of long tests that read the finished run (started_ahead), by (module, test name).
+AHEAD: dict[tuple[str, str], Callable[[Path, Path], None]] = {}
+
+
+def started_ahead(body: Callable[[Path, Path], None]):
+    """A long test on the finished shared run whose body runs in a background thread as soon as the run has
+    finished, on a copy of its own, while the main thread goes through the other tests that read the finished
+    run; the test itself (ordered last) waits for its body and fails with its error. The machine's two cores
+    are otherwise half idle in that part of the session: each of those tests is mostly one Snakemake process.
+    `body(copy_of_run, scratch)` takes no fixtures (pytest's are not made for threads) and leaves the process's
+    environment alone (os.environ is the main thread's too)."""
+    key = (body.__module__, body.__name__)
+    AHEAD[key] = body
+
+    def test(run_ahead):
+        run_ahead[key].result()
+
+    test.__name__, test.__qualname__, test.__doc__, test.__module__ = (
+        body.__name__, body.__qualname__, body.__doc__, body.__module__)
+    return test
+
+
+def ahead_bodies(items) -> list[tuple[str, str]]:
+    """The started_ahead bodies of the selected tests, in their order."""
+    keys = [(item.module.__name__, item.originalname) for item in items if "run_ahead" in item.fixturenames]
+    return [key for key in keys if key in AHEAD]
+
+
+# The environment the started_ahead bodies give the processes they start (venv_env as the session began): a
+# test in the main thread may set variables for its own while a body runs (monkeypatch.setenv).
+AHEAD_ENV = venv_env()
+
+
+def run_body_ahead(body: Callable[[Path, Path], None], pipeline: Future, scratch: Path, ending) -> None:
+    run = pipeline.result()
+    if ending.is_set():  # the session ended early (pytest -x, Ctrl-C): the test will not be reached
+        return
+    body(copy_run(run.workspace, scratch / "ws"), scratch)
 
 
 def output(result: subprocess.CompletedProcess) -> str:
@@ -306,6 +353,8 @@ class SharedRun:
 
     workspace: Path
     future: Future
+    # The started_ahead tests' bodies, each started once the run has finished.
+    ahead: dict[tuple[str, str], Future]
 
     def stage_done(self, stage: str) -> Path:
         """Waits until `stage` has written its summary (its sha256 record last), or the run ended without it."""
@@ -328,8 +377,15 @@ def pipeline_started(request, tmp_path_factory):
         return
     root = tmp_path_factory.mktemp("e2e")
     make_workspace(shared_workspace(root), SMALL)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline") as pool:
-        yield SharedRun(shared_workspace(root), pool.submit(make_pipeline_run, root))
+    ahead = ahead_bodies(request.session.items)
+    scratch = {key: tmp_path_factory.mktemp(key[1][:30]) for key in ahead}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline") as pool, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="ahead") as ahead_pool:
+        pipeline, ending = pool.submit(make_pipeline_run, root), threading.Event()
+        bodies = {key: ahead_pool.submit(run_body_ahead, AHEAD[key], pipeline, scratch[key], ending)
+                  for key in ahead}
+        yield SharedRun(shared_workspace(root), pipeline, bodies)
+        ending.set()
 
 
 @pytest.fixture(scope="session")
@@ -339,6 +395,12 @@ def trained_run(pipeline_started) -> Path:
     for stage in TRAINING_STAGES:
         pipeline_started.stage_done(stage)
     return pipeline_started.workspace
+
+
+@pytest.fixture(scope="session")
+def run_ahead(pipeline_started) -> dict[tuple[str, str], Future]:
+    """The started_ahead tests' bodies, running or done."""
+    return pipeline_started.ahead
 
 
 @pytest.fixture(scope="session")

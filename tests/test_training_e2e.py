@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import SNAKEMAKE, output, run_snakemake, venv_env
+from conftest import AHEAD_ENV, SNAKEMAKE, output, run_snakemake, started_ahead
 
 from qwen3_pilot.training import relaunch
 from qwen3_pilot.unlock import workflow_processes
@@ -228,7 +228,7 @@ def start_training(ws, run_dir) -> subprocess.Popen:
     command = [SNAKEMAKE, "--cores", "2", "results/train_native/summary.json", *FORCE_TRAINING, "--configfile",
                "config/test.yaml"]
     return subprocess.Popen(command, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=AHEAD_ENV)
 
 
 def wait_for_steps(snakemake, run_dir, steps):
@@ -238,6 +238,7 @@ def wait_for_steps(snakemake, run_dir, steps):
         time.sleep(0.2)
 
 
+@started_ahead
 def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes_from_the_fetched_weights(
         copy_of_run, tmp_path):
     """Three ways a training stage ends early, then one rerun: torchrun killed mid-training (SIGKILL: the stage
@@ -270,10 +271,10 @@ def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes
     while workflow_processes(copy_of_run) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert workflow_processes(copy_of_run) == [], "processes outlived the killed Snakemake by 5 s"
-    locked = run_snakemake(copy_of_run, "--cores", "1", "results/train_native/summary.json")
+    locked = run_snakemake(copy_of_run, "--cores", "1", "results/train_native/summary.json", env=AHEAD_ENV)
     assert locked.returncode != 0 and "run `make unlock`" in output(locked), output(locked)[-3000:]
     unlocked = subprocess.run([sys.executable, "-m", "qwen3_pilot.unlock"], cwd=copy_of_run, capture_output=True,
-                              text=True, timeout=120, env=venv_env())
+                              text=True, timeout=120, env=AHEAD_ENV)
     assert unlocked.returncode == 0, unlocked.stderr[-3000:]
 
     snakemake = start_training(copy_of_run, run_dir)
@@ -293,12 +294,12 @@ def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes
     # `make unlock`: the lock's holder is alive), and the first finishes unharmed.
     first = subprocess.Popen([SNAKEMAKE, "--cores", "1", "results/report.html", "--configfile", "config/test.yaml"],
                              cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=venv_env())
+                             env=AHEAD_ENV)
     locks = copy_of_run / ".snakemake" / "locks"
     while not (locks.is_dir() and any(locks.iterdir())):
         assert first.poll() is None, first.communicate()[0][-3000:]
         time.sleep(0.1)
-    second = run_snakemake(copy_of_run, "--cores", "1", "results/report.html")
+    second = run_snakemake(copy_of_run, "--cores", "1", "results/report.html", env=AHEAD_ENV)
     assert second.returncode != 0 and "Directory cannot be locked" in output(second), output(second)[-3000:]
     assert "make unlock" not in output(second)
     stdout, _ = first.communicate(timeout=1500)
@@ -331,7 +332,8 @@ def test_a_byte_changed_after_its_stage_recorded_it_fails_the_consumer_and_verif
     assert not ok and any("CHANGED results/fetch_corpus/c4_test/data.json" in line for line in lines)
 
 
-def test_after_a_transformers_pin_change_the_report_lists_reruns_with_reasons_and_moved_figures(copy_of_run):
+@started_ahead
+def test_after_a_transformers_pin_change_the_report_lists_reruns_with_reasons_and_moved_figures(copy_of_run, _):
     """The report against the last approved run after a transformers pin change. No second transformers is
     installed here, so the pin is respelled to one that still admits the installed 5.16.0 (==5.16): Snakemake
     sees the same params change that a bump makes, and reruns what a bump reruns."""
@@ -341,7 +343,7 @@ def test_after_a_transformers_pin_change_the_report_lists_reruns_with_reasons_an
     pins = copy_of_run / "envs" / "cpu.txt"
     pins.write_text(pins.read_text().replace("transformers==5.16.0", "transformers==5.16"))
 
-    result = run_snakemake(copy_of_run, "--cores", "2", "results/report.html")
+    result = run_snakemake(copy_of_run, "--cores", "2", "results/report.html", env=AHEAD_ENV)
     assert result.returncode == 0, output(result)[-3000:]
     changes = json.loads((copy_of_run / "results" / "report.json").read_text())["changes"]
     runs = changes["invocation"]
