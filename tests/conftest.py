@@ -310,7 +310,7 @@ def run_under_slurm(ws: Path, state: Path) -> PipelineRun:
     """The pipeline through `--profile profiles/slurm` on the test cluster, SLURM's accounting of it read back
     before the cluster stops."""
     with slurm_cluster(state) as prefix:
-        # Snakemake with the plugin's status query every 2 s (its back-off is for a production cluster), and one
+        # Snakemake with the plugin's status query every second (its back-off is for a production cluster), and one
         # job at a time: the one-node cluster runs the instance stages one after another anyway (exclusive), and
         # so it is Snakemake's --prioritize that orders them, not SLURM's queue (which started the benchmark and
         # kernel_numerics before the training stages the relaunch tests wait for).

@@ -27,14 +27,9 @@ CHECKPOINT = "results/fetch_weights/checkpoint"
 FORCE_TRAINING = ("--forcerun", "train")
 
 
-def rerun(ws, stage, *args, env=None):
-    if env:
-        os.environ.update(env)
-    try:
-        return run_snakemake(ws, "--cores", "2", f"results/{stage}/summary.json", *FORCE_TRAINING, *args)
-    finally:
-        for key in env or ():
-            os.environ.pop(key)
+def rerun(ws, stage, *args):
+    """The stage's training forced under Snakemake (a started_ahead body: with the session's environment)."""
+    return run_snakemake(ws, "--cores", "2", f"results/{stage}/summary.json", *FORCE_TRAINING, *args, env=AHEAD_ENV)
 
 
 def step1_loss(ws, stage):
@@ -80,7 +75,8 @@ def failed_relaunch(ws, stage, tmp_path, *, recipe=None, env=None) -> str:
     return launch.output() + (launch.rank_error() or "")
 
 
-def test_a_tensor_of_the_wrong_shape_fails_the_stage_and_is_named(copy_of_run):
+@started_ahead
+def test_a_tensor_of_the_wrong_shape_fails_the_stage_and_is_named(copy_of_run, _):
     weights = copy_of_run / CHECKPOINT / "model.safetensors"
     key = first_key(weights, "mlp.gate_proj.weight")
     shapes = {}
@@ -135,7 +131,8 @@ def test_weights_without_the_pretraining_fail_the_loaded_weights_gate(trained_ru
     assert passed == [] and len(problems) == 1 and "the weights did not load" in problems[0], (figures, problems)
 
 
-def test_a_native_model_with_another_rope_theta_fails_before_training(copy_of_run):
+@started_ahead
+def test_a_native_model_with_another_rope_theta_fails_before_training(copy_of_run, _):
     config_path = copy_of_run / CHECKPOINT / "config.json"
     config = json.loads(config_path.read_text())
     config["rope_parameters"]["rope_theta"] = 5_000_000

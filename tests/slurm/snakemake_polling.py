@@ -10,7 +10,7 @@ changes: each job, its submission and its accounting are the plugin's own.
 import snakemake_executor_plugin_slurm as slurm
 from snakemake.cli import main
 
-POLL_SECONDS = 2
+POLL_SECONDS = 1
 
 
 def _poll_interval(executor) -> int:
