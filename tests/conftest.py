@@ -142,6 +142,16 @@ def planned_stages(result: subprocess.CompletedProcess) -> set[str]:
 
 
 @pytest.fixture
+def stage_progress():
+    """A stage's work in progress for the test (what StageRun sets around a stage): record_measured keeps the
+    figures a stage module measures, for the failure record a test writes from them."""
+    from qwen3_pilot.stage_progress import begin_progress
+
+    with begin_progress() as progress:
+        yield progress
+
+
+@pytest.fixture
 def workspace(tmp_path: Path):
     return lambda overlay=None: make_workspace(tmp_path / "ws", overlay)
 

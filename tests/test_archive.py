@@ -452,22 +452,22 @@ def test_tls_off_is_said_loudly_and_no_credential_is_written_anywhere(run_dir, t
     summary and the manifest (local and at the destination) say so; none of them, nor the copy record, holds
     the access key id or the secret."""
     from qwen3_pilot.backends import COMPILER_CACHE_KEYS
-    from qwen3_pilot.stagelog import stage_log
+    from qwen3_pilot.stage_run import StageRun
     from qwen3_pilot.stages.archive import run_copy, run_read_back
 
     monkeypatch.chdir(run_dir)  # a job's working directory: the workflow folder
-    for key in COMPILER_CACHE_KEYS:  # stage_log points these at the project's caches; restored after the test
+    for key in COMPILER_CACHE_KEYS:  # StageRun points these at the project's caches; restored after the test
         monkeypatch.setenv(key, str(tmp_path / "caches" / key))
 
     results = run_dir / "results" / "archive"
     logs = [run_dir / "logs" / "archive" / "copy.log", run_dir / "logs" / "archive" / "archive.log"]
-    with stage_log(logs[0]):
+    with StageRun("archive", logs[0]):
         run_copy(settings=s3_settings(s3_server, verify_tls=False), report_json=run_dir / "results" / "report.json",
                  record_path=results / "copied.json")
-    with stage_log(logs[1]):
+    with StageRun("archive", logs[1]):
         summary = run_read_back(copy_record=results / "copied.json", manifest_path=results / MANIFEST,
                                 summary_path=results / "summary.json")
-    logging.getLogger().handlers.clear()  # stage_log's handler writes to the closed log file
+    logging.getLogger().handlers.clear()  # StageRun's handler writes to the closed log file
     assert summary["notes"][0] == archive.TLS_OFF_WARNING and summary["figures"]["tls"] == "OFF"
     manifest = json.loads((results / MANIFEST).read_text())
     assert archive.TLS_OFF_WARNING in manifest["warnings"] and manifest["tls"] == "OFF"

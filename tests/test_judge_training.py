@@ -10,7 +10,7 @@ import pytest
 from qwen3_pilot.artifacts import write_recorded_json
 from qwen3_pilot.parity import ParityError, with_reasons
 from qwen3_pilot.stages.judge_training import run
-from qwen3_pilot.summary import failure_path, mark_stage_started, write_failure
+from qwen3_pilot.summary import failure_path, write_failure
 from qwen3_pilot.training import TrainingError
 
 VOCAB = 151936
@@ -51,9 +51,8 @@ def judging(**extra):
 
 
 @pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
+def in_tmp(tmp_path, monkeypatch, stage_progress):
     monkeypatch.chdir(tmp_path)  # failure records go to results/failures/
-    mark_stage_started()
     return tmp_path
 
 
@@ -69,13 +68,13 @@ def test_a_passing_measurement_becomes_the_stages_summary_with_the_work_s_own_ti
     assert "7.00 nats below a random-init control" in summary["proves"]
 
 
-def test_a_gate_threshold_above_the_measured_gap_fails_and_keeps_the_figures(in_tmp):
+def test_a_gate_threshold_above_the_measured_gap_fails_and_keeps_the_figures(in_tmp, stage_progress):
     measured = measured_recipe(in_tmp, loaded=11.5, control=12.0)
     with pytest.raises(TrainingError, match=r"(?s)loaded-weights gate failed:.*training\.gate\.min_gap = 1\.0 "
                                             r"\(gap 0\.5000\)"):
         run(stage="train_hf", judging=judging(), measured_path=measured, summary_path=in_tmp / "summary.json")
     assert not (in_tmp / "summary.json").exists()
-    failure = write_failure("train_hf", RuntimeError("x"), in_tmp / "log", in_tmp / "kept")
+    failure = write_failure("train_hf", RuntimeError("x"), in_tmp / "log", in_tmp / "kept", stage_progress.measured)
     assert failure["figures"]["gate"]["gap"] == pytest.approx(0.5) and failure["figures"]["steps"][0]["loss"] == 11.5
     assert failure_path("train_hf").exists()
     # The same figures under a threshold they meet: the stage passes without measuring again.

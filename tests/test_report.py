@@ -142,15 +142,15 @@ def test_the_page_may_load_nothing_from_elsewhere(tmp_path):
 
 def test_a_failed_stage_shows_its_figures_and_blocks_what_depends_on_it(tmp_path, monkeypatch):
     from qwen3_pilot.pilot_report import build_failed_report
-    from qwen3_pilot.summary import record_measured, write_failure
+    from qwen3_pilot.summary import write_failure
 
     monkeypatch.chdir(tmp_path)
     for stage in ("pin_env", "fetch_corpus", "fixture_checkpoint", "fetch_weights", "verify_ranks", "train_hf",
                   "compare_recipes", "kernel_numerics"):
         (tmp_path / "results" / stage).mkdir(parents=True)
         write_summary(tmp_path / "results" / stage, stage).rename(tmp_path / "results" / stage / "summary.json")
-    record_measured(gate={"gap": 0.01, "min_gap": 1.0})
-    write_failure("train_native", RuntimeError("loaded-weights gate failed"), tmp_path / "x.log", tmp_path / "y.log")
+    write_failure("train_native", RuntimeError("loaded-weights gate failed"), tmp_path / "x.log", tmp_path / "y.log",
+                  {"gate": {"gap": 0.01, "min_gap": 1.0}})
     report = build_failed_report(config=CONFIG, config_digest="d" * 64, workflow_dir=tmp_path,
                                  results=tmp_path / "results", run_started="2000-01-01T00:00:00.000+00:00")
     by_stage = {s["stage"]: s for s in report["stages"]}
@@ -175,7 +175,7 @@ def test_a_later_summary_of_the_stage_removes_its_failure_record(tmp_path, monke
     from qwen3_pilot.summary import failure_path, write_failure
 
     monkeypatch.chdir(tmp_path)
-    write_failure("train_native", RuntimeError("x"), tmp_path / "x.log", tmp_path / "y.log")
+    write_failure("train_native", RuntimeError("x"), tmp_path / "x.log", tmp_path / "y.log", {})
     assert failure_path("train_native").exists()
     StageSummary(stage="train_native", status="pass", backend="cpu").write(tmp_path / "summary.json")
     assert not failure_path("train_native").exists()
@@ -217,7 +217,7 @@ def test_a_failure_record_of_an_earlier_run_is_not_this_runs_failure(tmp_path, m
     from qwen3_pilot.summary import write_failure
 
     monkeypatch.chdir(tmp_path)
-    write_failure("train_native", RuntimeError("an old failure"), tmp_path / "x.log", tmp_path / "y.log")
+    write_failure("train_native", RuntimeError("an old failure"), tmp_path / "x.log", tmp_path / "y.log", {})
     report = build_failed_report(config=CONFIG, config_digest="d" * 64, workflow_dir=tmp_path,
                                  results=tmp_path / "results", run_started="2999-01-01T00:00:00.000+00:00")
     by_stage = {s["stage"]: s for s in report["stages"]}

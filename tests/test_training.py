@@ -11,7 +11,7 @@ import pytest
 
 from qwen3_pilot.launch import PID_FILE, Launch
 from qwen3_pilot.stages.compare_recipes import run as compare_recipes
-from qwen3_pilot.summary import mark_stage_started, write_failure
+from qwen3_pilot.summary import write_failure
 from qwen3_pilot.training import (
     TrainingError,
     check_steps,
@@ -103,7 +103,7 @@ def write_gate_summary(path, loaded, control):
     return path
 
 
-def test_compare_recipes_reports_the_difference_and_fails_past_the_tolerance(tmp_path, monkeypatch):
+def test_compare_recipes_reports_the_difference_and_fails_past_the_tolerance(tmp_path, monkeypatch, stage_progress):
     hf = write_gate_summary(tmp_path / "hf.json", 5.6081, 11.6)
     native = write_gate_summary(tmp_path / "native.json", 5.6082, 7.6)
     summary = compare_recipes(hf_summary=hf, native_summary=native, tolerance=1e-3, backend="cpu",
@@ -111,12 +111,12 @@ def test_compare_recipes_reports_the_difference_and_fails_past_the_tolerance(tmp
     assert summary["figures"]["abs_difference"] == pytest.approx(1e-4)
     far = write_gate_summary(tmp_path / "far.json", 7.0, 7.6)
     monkeypatch.chdir(tmp_path)  # the failure record goes to results/failures/
-    mark_stage_started()
     with pytest.raises(TrainingError, match="step-1 losses differ by 1.391900"):
         compare_recipes(hf_summary=hf, native_summary=far, tolerance=1e-3, backend="cpu",
                         summary_path=tmp_path / "summary2.json")
     # Measured before judged: the failure record gets the figures that failed.
-    failure = write_failure("compare_recipes", RuntimeError("x"), tmp_path / "log", tmp_path / "kept")
+    failure = write_failure("compare_recipes", RuntimeError("x"), tmp_path / "log", tmp_path / "kept",
+                            stage_progress.measured)
     assert failure["figures"]["abs_difference"] == pytest.approx(1.3919, abs=1e-4)
 
 
@@ -220,7 +220,6 @@ def test_loss_agreement_holds_every_step_to_kernels_loss_tolerance(difference, p
 def test_compare_recipes_holds_the_step1_losses_to_recipe_agreement_tolerance(tmp_path, monkeypatch, difference,
                                                                             passes):
     monkeypatch.chdir(tmp_path)  # a failure record goes to results/failures/
-    mark_stage_started()
     hf = write_gate_summary(tmp_path / "hf.json", 5.6, 11.6)
     native = write_gate_summary(tmp_path / "native.json", 5.6 + difference, 7.6)
     compare = lambda: compare_recipes(hf_summary=hf, native_summary=native, tolerance=1e-3,  # noqa: E731

@@ -60,15 +60,15 @@ def test_the_snakefile_names_make_unlock_when_a_killed_run_left_its_lock(workspa
 
 
 def test_a_stage_process_asks_to_end_with_its_parent(tmp_path, monkeypatch):
-    from qwen3_pilot import stagelog
+    from qwen3_pilot import stage_run
 
     asked = []
-    monkeypatch.setattr(stagelog, "die_with_parent", lambda: asked.append(True) or True)
-    monkeypatch.setattr(stagelog, "end_stage_process", lambda: None)
-    with stagelog.stage_log(tmp_path / "logs" / "x" / "x.log", end_process=True):
+    monkeypatch.setattr(stage_run, "die_with_parent", lambda: asked.append(True) or True)
+    monkeypatch.setattr(stage_run, "end_stage_process", lambda: None)
+    with stage_run.StageRun("x", tmp_path / "logs" / "x" / "x.log", end_process=True):
         pass
     assert asked == [True]
-    with stagelog.stage_log(tmp_path / "logs" / "x" / "y.log"):  # in-process use (tests, tools): not asked
+    with stage_run.StageRun("x", tmp_path / "logs" / "x" / "y.log"):  # in-process use (tests, tools): not asked
         pass
     assert asked == [True]
 

@@ -1,10 +1,9 @@
 from pathlib import Path
 
-from qwen3_pilot.config import CACHE_ROOT
-from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stage_run import StageRun
 from qwen3_pilot.stages.benchmark import run
 
-with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
+with StageRun.of_job(snakemake) as stage_run:
     run(
         backend_config=snakemake.params.backend,
         dataset=snakemake.params.dataset,
@@ -12,11 +11,11 @@ with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
         moe=snakemake.params.moe,
         kernels=snakemake.params.kernels,
         settings=snakemake.params.settings,
-        cache_root=CACHE_ROOT,  # the project's library caches (config.CACHE_ROOT)
+        cache_root=stage_run.cache_root,
         checkpoint_dir=Path(snakemake.input.checkpoint),
         corpus_dir=Path(snakemake.input.corpus),
         ranks_summary=Path(snakemake.input.ranks),
         out_dir=Path(snakemake.output.runs),
         summary_path=Path(snakemake.output.summary),
-        log_path=Path(snakemake.log[0]),
+        log_path=stage_run.log_path,
     )

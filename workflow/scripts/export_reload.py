@@ -1,10 +1,10 @@
 from pathlib import Path
 
-from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stage_run import StageRun
 from qwen3_pilot.stages.export_reload import run
 from qwen3_pilot.training import recorded_export_dir
 
-with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
+with StageRun.of_job(snakemake) as stage_run:
     run(
         exports={
             recipe: recorded_export_dir(Path(snakemake.input[f"{recipe}_summary"])) for recipe in ("hf", "native")

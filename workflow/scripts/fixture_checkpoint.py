@@ -1,9 +1,9 @@
 from pathlib import Path
 
-from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stage_run import StageRun
 from qwen3_pilot.stages.fixture_checkpoint import run
 
-with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
+with StageRun.of_job(snakemake) as stage_run:
     run(
         corpus_dir=Path(snakemake.input.corpus),
         fixture=snakemake.params.fixture,

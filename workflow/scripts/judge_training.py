@@ -1,11 +1,11 @@
 from pathlib import Path
 
-from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stage_run import StageRun
 from qwen3_pilot.stages.judge_training import run
 
-with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
+with StageRun.of_job(snakemake) as stage_run:
     run(
-        stage=snakemake.wildcards.stage,
+        stage=stage_run.stage,
         judging=snakemake.params.judging,
         measured_path=Path(snakemake.input.measured),
         summary_path=Path(snakemake.output.summary),

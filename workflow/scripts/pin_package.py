@@ -1,7 +1,7 @@
 from pathlib import Path
 
-from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stage_run import StageRun
 from qwen3_pilot.stages.pin_env import run_package
 
-with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
+with StageRun.of_job(snakemake) as stage_run:
     run_package(snakemake.wildcards.package, snakemake.params.pinned, Path(snakemake.output[0]))

@@ -1,18 +1,17 @@
 from pathlib import Path
 
-from qwen3_pilot.config import CACHE_ROOT
-from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stage_run import StageRun
 from qwen3_pilot.stages.train import run
 
-with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
+with StageRun.of_job(snakemake) as stage_run:
     run(
-        stage=snakemake.wildcards.stage,
+        stage=stage_run.stage,
         backend_config=snakemake.params.backend,
         dataset=snakemake.params.dataset,
         training=snakemake.params.training,
         # train_hf has no kernels to replace (its RoPE lives inside transformers' model), so no plain run.
         kernels=snakemake.params.kernels,
-        cache_root=CACHE_ROOT,  # the project's library caches (config.CACHE_ROOT)
+        cache_root=stage_run.cache_root,
         checkpoint_dir=Path(snakemake.input.checkpoint),
         corpus_dir=Path(snakemake.input.corpus),
         ranks_summary=Path(snakemake.input.ranks),
@@ -21,5 +20,5 @@ with stage_log(snakemake.log[0], consumes=snakemake.input, end_process=True):
         plain_dir=Path(snakemake.output.plain),
         control_dir=Path(snakemake.output.control),
         measured_path=Path(snakemake.output.measured),
-        log_path=Path(snakemake.log[0]),
+        log_path=stage_run.log_path,
     )

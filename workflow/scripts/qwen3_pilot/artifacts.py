@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import json
 import os
@@ -12,6 +13,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+
+def now_iso() -> str:
+    """Now in UTC to the millisecond: the time format of every record the pilot writes."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
 
 def sha256_file(path: Path) -> str:
     with open(path, "rb") as handle:

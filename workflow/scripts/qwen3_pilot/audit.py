@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .artifacts import current_sha256
-from .summary import now_iso
+from .artifacts import current_sha256, now_iso
 
 DEFAULT_REPORT = Path("results") / "report.json"
 SIGNOFFS = Path("signoffs") / "signoffs.jsonl"

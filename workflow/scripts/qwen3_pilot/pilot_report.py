@@ -11,10 +11,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .artifacts import record_digest, write_recorded_json, write_text
+from .artifacts import now_iso, record_digest, write_recorded_json, write_text
 from .audit import default_signoffs, record_written_report
 from .stages import STAGES, UPSTREAM, skipped_stages
-from .summary import now_iso
 
 NO_SUMMARY = "no summary of this stage among the report's inputs"
 

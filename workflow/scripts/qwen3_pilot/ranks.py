@@ -10,7 +10,7 @@ from typing import Any
 
 from .backends import Backend
 from .launch import Launch, failure_cause, run_torchrun
-from .summary import record_measured
+from .stage_progress import record_measured
 
 
 class RankCheckError(RuntimeError):

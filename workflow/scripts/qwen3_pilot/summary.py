@@ -2,43 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .artifacts import describe_artifact, write_recorded_json
+from .artifacts import describe_artifact, now_iso, write_recorded_json
+from .stage_progress import stage_started
 
 STATUSES = ("pass", "fail", "not_run")
-
-
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
-
-
-# When this process's stage began its work (stagelog.stage_log sets it on entry): a summary is created at
-# the end of the work, so its own creation time would make "started" equal "ended".
-_stage_started: str | None = None
-
-
-def mark_stage_started() -> str:
-    global _stage_started
-    _stage_started = now_iso()
-    _measured.clear()
-    return _stage_started
-
-
-def stage_started() -> str:
-    return _stage_started or now_iso()
-
-
-# Measure, then judge: a stage records what it measured before it checks it, so that a failed check still
-# leaves its figures (in the failure record stage_log writes) for the report.
-_measured: dict[str, Any] = {}
-
-
-def record_measured(**figures: Any) -> None:
-    _measured.update(figures)
 
 
 # Failure records live outside every rule's declared outputs, which Snakemake deletes when a job fails;
@@ -50,14 +21,15 @@ def failure_path(stage: str) -> Path:
     return FAILURES_DIR / f"{stage}.json"
 
 
-def write_failure(stage: str, error: BaseException, log_path: Path, kept_log: Path) -> dict[str, Any]:
-    """The failed stage's summary: status fail, the reason, and whatever it measured before it failed."""
+def write_failure(stage: str, error: BaseException, log_path: Path, kept_log: Path,
+                  measured: dict[str, Any]) -> dict[str, Any]:
+    """The failed stage's summary: status fail, the reason, and what it `measured` before it failed."""
     interrupted = isinstance(error, KeyboardInterrupt)
     summary = StageSummary(
         stage=stage,
         status="fail",
         backend="",
-        figures={"reason": f"{type(error).__name__}: {error}", **_measured},
+        figures={"reason": f"{type(error).__name__}: {error}", **measured},
         notes=[("INTERRUPTED: " if interrupted else "FAILED: ") + f"{type(error).__name__}: {error}",
                f"log: {log_path} (kept as {kept_log})"],
         proves="Nothing: the stage failed; its figures are what it measured before the failure.",

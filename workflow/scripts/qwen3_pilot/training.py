@@ -19,7 +19,7 @@ from typing import Any
 from .artifacts import write_json
 from .backends import Backend
 from .launch import Launch, failure_cause, how_it_ended, run_torchrun, stop_orphans
-from .summary import record_measured
+from .stage_progress import record_measured
 from .trainer_run import LAUNCH_RECORD, METRICS_FILE, RECIPE_ENV, TrainerRun, export_dir
 
 CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}

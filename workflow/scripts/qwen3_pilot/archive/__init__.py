@@ -25,9 +25,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from ..artifacts import MISSING, current_sha256, sha256_file, write_json
+from ..artifacts import MISSING, current_sha256, now_iso, sha256_file, write_json
 from ..audit import OUTSIDE, artifact_changes, outside_project
-from ..summary import now_iso
 from .errors import KEY, ArchiveError
 
 log = logging.getLogger("qwen3_pilot")

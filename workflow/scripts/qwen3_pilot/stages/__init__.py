@@ -46,10 +46,14 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
 
 
 # Rules whose jobs are a stage without being named after it: pin_package's per-package stamps are pin_env's,
-# and rules `train` and `judge_training` are the training stage their {stage} names.
+# archive_copy's copy is the archive's, and rules `train` and `judge_training` are the training stage their
+# {stage} names.
+JOB_STAGES = {"pin_package": "pin_env", "archive_copy": "archive"}
+
+
 def stage_of_job(rule: str, wildcards: dict[str, str]) -> str:
-    if rule == "pin_package":
-        return "pin_env"
+    if rule in JOB_STAGES:
+        return JOB_STAGES[rule]
     return wildcards["stage"] if "stage" in wildcards else rule
 
 

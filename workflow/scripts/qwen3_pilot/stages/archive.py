@@ -16,7 +16,7 @@ def run_copy(*, settings: dict[str, Any], report_json: Path, record_path: Path) 
     record (what went where, with each file's sha256 at the source) for the read-back."""
     from ..archive import ArchiveError, copy_run
     from ..artifacts import write_recorded_json
-    from ..summary import record_measured
+    from ..stage_progress import record_measured
     from ..unlock import refuse_while_running
 
     # A pipeline run in this folder (not the Snakemake this job runs under) may be rewriting what would be copied.
@@ -36,7 +36,8 @@ def run_read_back(*, copy_record: Path, manifest_path: Path, summary_path: Path)
     """Reads every copied file back from the destination; the manifest (local copy and the one beside the
     files) and the stage summary on success, an error naming each missing or different file otherwise."""
     from ..archive import MANIFEST, read_back
-    from ..summary import StageSummary, record_measured
+    from ..stage_progress import record_measured
+    from ..summary import StageSummary
 
     record = json.loads(copy_record.read_text())
     record_measured(run_key=record["run_key"], destination=record["url"], tls=record["tls"],

@@ -23,7 +23,7 @@ from ..benchmark_runs import (
 )
 from ..parity import read_checkpoint_values
 from ..reduced_moe import model_spec, reduced_moe_changes
-from ..summary import record_measured
+from ..stage_progress import record_measured
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (
     CONFIG_FUNCTIONS,

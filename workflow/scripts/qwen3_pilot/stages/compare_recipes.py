@@ -12,7 +12,8 @@ from ..training import TrainingError
 def run(
     *, hf_summary: Path, native_summary: Path, tolerance: float, backend: str, summary_path: Path
 ) -> dict[str, Any]:
-    from ..summary import StageSummary, record_measured
+    from ..stage_progress import record_measured
+    from ..summary import StageSummary
 
     hf = json.loads(hf_summary.read_text())["figures"]["gate"]
     native = json.loads(native_summary.read_text())["figures"]["gate"]

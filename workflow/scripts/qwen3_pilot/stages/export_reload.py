@@ -13,7 +13,8 @@ def run(
     *, exports: dict[str, Path], checkpoint_dir: Path, out_root: Path, settings: dict[str, Any], seed: int,
     backend: str, summary_path: Path,
 ) -> dict[str, Any]:
-    from ..summary import StageSummary, record_measured
+    from ..stage_progress import record_measured
+    from ..summary import StageSummary
 
     figures: dict[str, Any] = {}
     problems: list[str] = []

@@ -11,7 +11,8 @@ from typing import Any
 
 from ..artifacts import describe_artifact
 from ..parity import with_reasons
-from ..summary import StageSummary, record_measured
+from ..stage_progress import record_measured
+from ..summary import StageSummary
 from ..training import TrainingError, loaded_weights_gate, replaced_against_plain, replacement_proves
 
 

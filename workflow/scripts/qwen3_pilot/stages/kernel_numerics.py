@@ -17,7 +17,8 @@ def run(
 
     from ..artifacts import write_json
     from ..backends import apply_device_process_env, backend_module, make_backend
-    from ..summary import StageSummary, record_measured
+    from ..stage_progress import record_measured
+    from ..summary import StageSummary
 
     backend = backend_config["backend"]
     lnc = backend_config["neuron"]["lnc"]

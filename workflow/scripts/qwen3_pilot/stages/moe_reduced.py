@@ -9,7 +9,7 @@ from typing import Any
 
 from ..parity import read_checkpoint_values
 from ..reduced_moe import STAGE, model_spec, reduced_moe_changes, router_load
-from ..summary import record_measured
+from ..stage_progress import record_measured
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (
     CONFIG_FUNCTIONS,

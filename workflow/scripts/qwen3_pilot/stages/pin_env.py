@@ -41,7 +41,7 @@ def check_lock(lock_file: Path | None, installed: dict[str, str] | None = None) 
     with the table of each package that differs. No lock (the neuron backend, locked on the instance): the
     record says the environment is unlocked."""
     from ..artifacts import sha256_file
-    from ..summary import record_measured
+    from ..stage_progress import record_measured
 
     if lock_file is None:
         return {"file": None, "locked_environment": False}
@@ -60,7 +60,8 @@ def run(
     stamps: list[Path], backend: dict[str, Any], pins_file: str, lock_file: Path | None, cache_root: str, out: Path
 ) -> dict[str, Any]:
     from ..backends import make_backend
-    from ..summary import StageSummary, record_measured
+    from ..stage_progress import record_measured
+    from ..summary import StageSummary
 
     rows = [json.loads(Path(p).read_text()) for p in stamps]
     record_measured(packages=rows)

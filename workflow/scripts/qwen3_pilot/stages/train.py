@@ -10,7 +10,7 @@ from typing import Any
 
 from ..launch import Launch
 from ..parity import read_checkpoint_values
-from ..summary import record_measured
+from ..stage_progress import record_measured
 from ..trainer_run import METRICS_FILE, PARITY_FILE, export_dir
 from ..training import (
     CONFIG_FUNCTIONS,

@@ -1,5 +1,6 @@
-"""Stage logs: a failure reaches the console and its log is kept past Snakemake's rerun; an input changed since
-its producer recorded it stops the stage before its work (the chain of custody)."""
+"""The stage harness (StageRun): a failure reaches the console, its log is kept past Snakemake's rerun and its
+record keeps what the stage measured; an input changed since its producer recorded it stops the stage before its
+work (the chain of custody); a stage script's process ends with its work."""
 
 from __future__ import annotations
 
@@ -7,30 +8,38 @@ import json
 
 import pytest
 
-from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stage_progress import record_measured
+from qwen3_pilot.stage_run import StageRun
 
 
-def test_a_failed_job_keeps_its_log_under_a_timestamped_name(tmp_path, capsys, monkeypatch):
+def test_a_failed_job_keeps_its_log_under_a_timestamped_name_and_its_record_what_it_measured(tmp_path, capsys,
+                                                                                              monkeypatch):
     monkeypatch.chdir(tmp_path)  # the failure record goes to results/failures/ of the workflow folder
     log_path = tmp_path / "logs" / "train_native.log"
     with pytest.raises(ValueError):
-        with stage_log(log_path) as log:
-            log.info("before the failure")
+        with StageRun("train_native", log_path) as stage_run:
+            stage_run.log.info("before the failure")
+            record_measured(step1_loss=5.07)
             raise ValueError("rope_theta: built 1e6, checkpoint 5e6")
     kept = list(log_path.parent.glob("train_native.failed-*.log"))
     assert len(kept) == 1
     assert "before the failure" in kept[0].read_text() and "rope_theta" in kept[0].read_text()
     console = capsys.readouterr().err
     assert "ValueError: rope_theta: built 1e6, checkpoint 5e6" in console and str(kept[0]) in console
-    record = json.loads((tmp_path / "results" / "failures" / "logs.json").read_text())
+    record = json.loads((tmp_path / "results" / "failures" / "train_native.json").read_text())
     assert record["status"] == "fail" and "rope_theta" in record["figures"]["reason"]
+    assert record["figures"]["step1_loss"] == 5.07 and record["started"] < record["ended"]
+    # The next stage in the same process starts with nothing measured.
+    with pytest.raises(ValueError), StageRun("train_hf", tmp_path / "logs" / "train_hf.log"):
+        raise ValueError("another")
+    assert "step1_loss" not in json.loads((tmp_path / "results" / "failures" / "train_hf.json").read_text())["figures"]
 
 
 def test_a_job_that_succeeds_leaves_only_its_log(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     log_path = tmp_path / "ok.log"
-    with stage_log(log_path) as log:
-        log.info("done")
+    with StageRun("ok", log_path) as stage_run:
+        stage_run.log.info("done")
     assert [p.name for p in tmp_path.iterdir()] == ["ok.log"]
 
 
@@ -44,7 +53,7 @@ def test_a_stage_whose_input_changed_after_its_producer_recorded_it_fails_before
     from qwen3_pilot.backends import COMPILER_CACHE_KEYS
 
     monkeypatch.chdir(tmp_path)  # the workflow folder: results/ is where recorded files live
-    for key in COMPILER_CACHE_KEYS:  # stage_log points these at the project's caches; restored after the test
+    for key in COMPILER_CACHE_KEYS:  # StageRun points these at the project's caches; restored after the test
         monkeypatch.setenv(key, str(tmp_path / "caches" / key))
     weights = tmp_path / "results" / "fetch_weights" / "weights.bin"
     weights.parent.mkdir(parents=True)
@@ -55,15 +64,15 @@ def test_a_stage_whose_input_changed_after_its_producer_recorded_it_fails_before
     consumes = ["results/fetch_weights/weights.bin", "results/fetch_weights/summary.json"]  # a job's inputs
     ran = []
     try:
-        with stage_log("logs/train_native/train_native.log", consumes):
+        with StageRun("train_native", "logs/train_native/train_native.log", consumes):
             ran.append("untouched")
         weights.write_bytes(b"\x00\x01\x02\x04")
         with pytest.raises(CustodyError, match=f"results/fetch_weights/weights.bin: fetch_weights recorded sha256 "
                                                f"{recorded}, the file now has {sha256_file(weights)}"):
-            with stage_log("logs/train_native/train_native.log", consumes):
+            with StageRun("train_native", "logs/train_native/train_native.log", consumes):
                 ran.append("changed")
     finally:
-        logging.getLogger().handlers.clear()  # stage_log's handler writes to the closed log file
+        logging.getLogger().handlers.clear()  # StageRun's handler writes to the closed log file
     assert ran == ["untouched"]  # the stage's work never started on the changed input
     assert "CustodyError" in capsys.readouterr().err
 
@@ -71,11 +80,11 @@ def test_a_stage_whose_input_changed_after_its_producer_recorded_it_fails_before
 ENDING_STAGE = """
 import atexit, sys
 from pathlib import Path
-from qwen3_pilot.stagelog import stage_log
+from qwen3_pilot.stage_run import StageRun
 
 atexit.register(lambda: Path("exit_handler_ran").write_text("yes"))
-with stage_log("logs/stage.log", end_process=True) as log:
-    log.info("the work")
+with StageRun("stage", "logs/stage.log", end_process=True) as stage_run:
+    stage_run.log.info("the work")
     print("unflushed output of the stage", end="")
 sys.stderr.write("after the stage\\n")  # never reached: the process ended with the stage
 """
@@ -88,8 +97,8 @@ def test_a_stage_process_ends_with_its_work_and_a_failure_still_fails(tmp_path, 
     import subprocess
     import sys
 
-    script = ENDING_STAGE.replace('log.info("the work")', 'raise ValueError("the check failed")' if fails else
-                                  'log.info("the work")')
+    script = ENDING_STAGE.replace('stage_run.log.info("the work")', 'raise ValueError("the check failed")' if fails
+                                  else 'stage_run.log.info("the work")')
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert (result.returncode != 0) is fails, result.stderr
     assert "after the stage" not in result.stderr
