@@ -456,3 +456,24 @@ def chromium():
         if os.environ.get("REQUIRE_CHROMIUM"):
             pytest.fail("REQUIRE_CHROMIUM is set and no chromium is on PATH (.ci/run installs Debian's chromium)")
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium; .ci/run installs it)")
+
+
+def metric_lines(run_dir: Path) -> int:
+    metrics = run_dir / "metrics.jsonl"
+    return len(metrics.read_text().splitlines()) if metrics.exists() else 0
+
+
+def trainer_processes(ws) -> list[int]:
+    """This workspace's torchrun ranks and launchers still running (the workflow's processes, by working folder
+    and command line, that are a trainer's)."""
+    from qwen3_pilot.unlock import workflow_processes
+
+    return [pid for pid, command in workflow_processes(ws)
+            if "qwen3_pilot.in_ranks.train_entry" in command or "torch.distributed.run" in command]
+
+
+def wait_for_steps(snakemake, run_dir, steps):
+    deadline = time.monotonic() + 300  # a hang guard, not a figure under test
+    while not ((run_dir / "launcher.pid").exists() and metric_lines(run_dir) >= steps):
+        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before it was interrupted"
+        time.sleep(0.2)

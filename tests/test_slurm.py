@@ -12,11 +12,26 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import sys
+import time
 
 import pytest
-from conftest import slurm_unavailable
+from conftest import (
+    AHEAD_ENV,
+    SLURM_SNAKEMAKE,
+    in_cluster,
+    output,
+    slurm_cluster,
+    slurm_unavailable,
+    started_ahead,
+    trainer_processes,
+    wait_for_steps,
+)
 
 from qwen3_pilot.stages import STAGES, UPSTREAM
+from qwen3_pilot.unlock import workflow_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 
@@ -68,3 +83,43 @@ def test_the_pilot_runs_through_the_slurm_executor_one_job_per_stage(slurm_run):
             assert figures == (str(whole_node_cpus), whole_node_memory, INSTANCE_TIME[stage]), (stage, job)
         else:
             assert figures == ("1", "4000M", "00:30:00"), (stage, job)
+
+
+def job_processes(ws) -> list[str]:
+    """The workflow's processes in `ws` but the Snakemake that submits the jobs (the job's own Snakemake, its
+    stage, torchrun, the ranks)."""
+    return [command for _, command in workflow_processes(ws) if "snakemake_polling" not in command]
+
+
+@started_ahead
+def test_scancel_of_a_training_job_ends_the_stage_torchrun_and_every_rank(copy_of_run, scratch):
+    """SLURM's own cancellation (scancel: a user's, or the job's time limit) reaches the ranks: a copy of the
+    shared run on a test cluster of its own, its native training forced as a SLURM job through the profile and
+    cancelled mid-training. Within 10 s of the scancel no process of the job is left (its Snakemake, the stage,
+    torchrun, both ranks), and the job's log says the stage died of SLURM's SIGTERM. (The submitting Snakemake is
+    stopped by the test: on this cluster its SLURM plugin had not reported the cancelled job 2 minutes later.)"""
+    if slurm_unavailable() is not None:
+        pytest.skip(slurm_unavailable())
+    run_dir = copy_of_run / "results" / "train_native" / "run"
+    shutil.rmtree(run_dir)  # so that the metrics watched are the new run's
+    with slurm_cluster(scratch / "slurm") as prefix:
+        snakemake = subprocess.Popen(
+            [*prefix, sys.executable, str(SLURM_SNAKEMAKE), "--profile", "profiles/slurm", "--jobs", "1",
+             "results/train_native/summary.json", "--forcerun", "train", "--configfile", "config/test.yaml"],
+            cwd=copy_of_run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=AHEAD_ENV)
+        try:
+            wait_for_steps(snakemake, run_dir, 1)
+            assert trainer_processes(copy_of_run), "no rank found while training"
+            jobs = in_cluster(prefix, "squeue", "-h", "-o", "%i").stdout.split()
+            assert len(jobs) == 1, jobs
+            cancelled = in_cluster(prefix, "scancel", jobs[0])
+            assert cancelled.returncode == 0, output(cancelled)
+            deadline = time.monotonic() + 10  # from the scancel
+            while job_processes(copy_of_run) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert job_processes(copy_of_run) == [], "processes outlived the scancel by 10 s"
+        finally:
+            snakemake.kill()
+            snakemake.communicate(timeout=60)
+    (job_log,) = (copy_of_run / ".snakemake" / "slurm_logs" / "rule_train" / "train_native").glob("*.log")
+    assert "train.py' died with <Signals.SIGTERM: 15>" in job_log.read_text(), job_log.read_text()[-3000:]

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import AHEAD_ENV, SNAKEMAKE, output, run_snakemake, started_ahead
+from conftest import AHEAD_ENV, SNAKEMAKE, output, run_snakemake, started_ahead, trainer_processes, wait_for_steps
 
 from qwen3_pilot.training import relaunch
 from qwen3_pilot.unlock import workflow_processes
@@ -151,11 +151,6 @@ def test_a_native_model_with_another_rope_theta_fails_before_training(copy_of_ru
     assert any(row["field"] == "rope_theta" and row["verdict"] == "MISMATCH" for row in parity["rows"])
 
 
-def _metric_lines(run_dir):
-    metrics = run_dir / "metrics.jsonl"
-    return len(metrics.read_text().splitlines()) if metrics.exists() else 0
-
-
 # What each CPU workaround in backends/cpu.py prevents: skipping it brings the error back.
 WORKAROUNDS = [
     ("train_native", "device", "Found no NVIDIA driver"),
@@ -211,13 +206,6 @@ def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(trained
     assert len(replaced) == 10 and max(abs(a - b) for a, b in zip(replaced, plain, strict=True)) <= 1e-4
 
 
-def trainer_processes(ws) -> list[int]:
-    """This workspace's torchrun ranks and launchers still running (the workflow's processes, by working folder
-    and command line, that are a trainer's)."""
-    return [pid for pid, command in workflow_processes(ws)
-            if "qwen3_pilot.in_ranks.train_entry" in command or "torch.distributed.run" in command]
-
-
 def start_training(ws, run_dir) -> subprocess.Popen:
     """Snakemake forcing train_native in its own process group (as a terminal runs a foreground command, so
     that Ctrl-C is SIGINT to the group), once the run has logged `steps` steps: mid-training."""
@@ -226,13 +214,6 @@ def start_training(ws, run_dir) -> subprocess.Popen:
                "config/test.yaml"]
     return subprocess.Popen(command, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env=AHEAD_ENV)
-
-
-def wait_for_steps(snakemake, run_dir, steps):
-    deadline = time.monotonic() + 300  # a hang guard, not a figure under test
-    while not ((run_dir / "launcher.pid").exists() and _metric_lines(run_dir) >= steps):
-        assert snakemake.poll() is None and time.monotonic() < deadline, "training ended before it was interrupted"
-        time.sleep(0.2)
 
 
 @started_ahead
