@@ -8,9 +8,9 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 
 from qwen3_pilot.archive import pilot_config
+from qwen3_pilot.artifacts import now_iso
 from qwen3_pilot.backends import BACKEND_CONFIG_KEYS
 from qwen3_pilot.config import (
-    CACHE_ROOT,
     check_renamed_keys,
     JUDGED_STAGES,
     resolve_config,
@@ -20,9 +20,9 @@ from qwen3_pilot.config import (
     stage_training,
 )
 from qwen3_pilot.neuron_stack import STACK_FILE, fork_head_files, fork_pins, read_stack
+from qwen3_pilot.paths import HERE
 from qwen3_pilot.pins import installed_version, read_pins
 from qwen3_pilot.stages import STAGES, UPSTREAM, skipped_stages
-from qwen3_pilot.summary import now_iso
 from qwen3_pilot.unlock import stale_lock_note
 
 check_renamed_keys(config)
@@ -93,7 +93,7 @@ def get_weights_source():
 def get_weights_cache():
     if USES_FIXTURE:
         return "results/fixture_checkpoint/fixture/hub_cache"
-    return f"{CACHE_ROOT}/huggingface/hub"
+    return str(HERE.cache / "huggingface" / "hub")
 
 
 # A torchrun stage takes every core it is given: its ranks share them (OMP_NUM_THREADS per rank). Not
@@ -144,7 +144,7 @@ def get_launch_message(stage, module):
         return None
     from qwen3_pilot.backends import make_backend
 
-    backend = make_backend(config, CACHE_ROOT)
+    backend = make_backend(config, str(HERE.cache))
     command = backend.torchrun_command(
         "python", backend.ranks_per_node, module, ["..."]
     )

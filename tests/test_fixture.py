@@ -21,6 +21,7 @@ import pytest
 from conftest import CORPUS
 
 from qwen3_pilot import fixture as fx
+from qwen3_pilot.paths import SCRIPTS
 
 REPO_ID = "Qwen/Qwen3-4B-Instruct-2507"
 # head_dim 32 with 4 heads is 128 wide, twice hidden_size: a reader that derives head_dim from
@@ -75,7 +76,7 @@ def _storage(cache_dir: Path) -> Path:
 
 def test_import_does_not_load_heavy_packages():
     code = "import sys, qwen3_pilot.fixture; print(sorted({'torch', 'transformers', 'tokenizers'} & set(sys.modules)))"
-    env = dict(os.environ, PYTHONPATH=str(Path(fx.__file__).parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(SCRIPTS))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -119,3 +119,18 @@ def test_no_two_files_share_a_base_name_but_a_thin_script_and_its_stage_module()
     shared = {name: sorted(paths) for name, paths in names.items() if len(paths) > 1}
     allowed = {name: sorted([f"qwen3_pilot/stages/{name}", name]) for name in shared}
     assert {name: paths for name, paths in shared.items() if paths != allowed[name]} == {}
+
+
+def test_the_paths_object_finds_the_checkout_and_lays_out_a_workflow_folder(tmp_path):
+    """qwen3_pilot.paths derives the checkout's folders once, from the package's place in it; a wrong parent
+    would point the preflight, the report schema and the relaunches' import path elsewhere."""
+    from qwen3_pilot import paths
+
+    assert paths.PROJECT == PROJECT and (paths.PROJECT / "Snakefile").is_file()
+    assert paths.PACKAGE == paths.SCRIPTS / "qwen3_pilot" and (paths.PACKAGE / "__init__.py").is_file()
+    assert (paths.WORKFLOW / "schemas" / "report.schema.json").is_file()
+    run = paths.RunFolder(tmp_path)
+    assert run.failure_record("train_hf") == tmp_path / "results" / "failures" / "train_hf.json"
+    assert run.launch_record("train_hf", "control") == tmp_path / "results" / "train_hf" / "control" / "launch.json"
+    assert (run.cache, run.plan, run.report_json) == (
+        tmp_path / ".cache", tmp_path / "results" / "invocation.json", tmp_path / "results" / "report.json")

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -27,10 +26,11 @@ from qwen3_pilot.backends.neuron import (
     read_system_versions,
     read_topology,
 )
+from qwen3_pilot.paths import WORKFLOW
 from qwen3_pilot.pins import read_pins
 from qwen3_pilot.ranks import RankCheckError, verify_ranks
 
-RECORDED = Path(__file__).resolve().parents[1] / "workflow" / "resources" / "neuron"
+RECORDED = WORKFLOW / "resources" / "neuron"
 TRN2 = yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text())
 # The machine the one-device recording describes, as a config: one trn2 chip, 8 physical cores, LNC 2.
 ONE_CHIP = {**TRN2["neuron"], "chips": 1}

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import current_sha256, now_iso
+from .paths import HERE
 
-DEFAULT_REPORT = Path("results") / "report.json"
+DEFAULT_REPORT = HERE.report_json
 SIGNOFFS = Path("signoffs") / "signoffs.jsonl"
 # Next to the sign-offs: one line per report.json/report.html pair the report stage (or the failed-run report)
 # wrote. Judging an edit by the fields inside the report would trust the file under suspicion.

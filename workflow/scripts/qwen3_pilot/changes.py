@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import current_sha256, write_json
+from .paths import HERE
 from .stages import stage_of_job
 
 # Snakemake's plan for the invocation under way: written when it starts (onstart), read by the report,
 # removed when it ends, so that a report never takes an earlier invocation's plan for its own.
-PLAN = Path("results") / "invocation.json"
+PLAN = HERE.plan
 
 # Figures measured from the clock, throughput or memory, and those derived from them, move on every rerun of
 # the same software: they are timing figures, listed apart so that a moved loss or count is not lost among

@@ -10,9 +10,6 @@ from pathlib import Path
 from typing import Any
 
 NKI_ROPE_TILE = 128  # the NKI RoPE kernel tiles the sequence in blocks of 128 x LNC
-# Library caches live under the project (HF_HOME, inductor, torchelastic temp files), not in ~/.cache;
-# relative to the workflow's directory.
-CACHE_ROOT = ".cache"
 
 
 class ConfigError(ValueError):

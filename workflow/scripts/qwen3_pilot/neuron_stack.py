@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-PROJECT = Path(__file__).resolve().parents[3]
+from .paths import PROJECT
+
 STACK_FILE = "envs/neuron-sdk.toml"
 PINS_FILE = "envs/neuron.txt"
 LOCK_FILE = "envs/neuron.lock"

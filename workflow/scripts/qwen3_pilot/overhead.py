@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from .launch import how_it_ended
+from .paths import RunFolder
 from .trainer_run import LAUNCH_RECORD
 from .training import relaunch
 
@@ -46,7 +47,7 @@ def stage_wall_s(stage: str, snakemake_args: list[str], workdir: Path) -> float:
 
 def recorded_launches(stage: str, workdir: Path) -> dict[str, dict]:
     """The stage's two launches as it recorded them (launch.json): command, environment, wall time."""
-    return {name: json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())
+    return {name: json.loads(RunFolder(workdir).launch_record(stage, name).read_text())
             for name in ("run", "control")}
 
 
@@ -73,7 +74,7 @@ def parse_wall_s(snakemake_args: list[str], workdir: Path) -> float:
 def benchmark_outside_pct(workdir: Path, snakemake_args: list[str]) -> tuple[float, float, float]:
     """Reruns the benchmark stage; (its time, its launches' time, the share of its time outside them in %)."""
     stage_s = stage_wall_s("benchmark", snakemake_args, workdir)
-    launches = sorted((workdir / "results" / "benchmark" / "runs").glob(f"*/*/{LAUNCH_RECORD}"))
+    launches = sorted((RunFolder(workdir).results / "benchmark" / "runs").glob(f"*/*/{LAUNCH_RECORD}"))
     launches_s = sum(json.loads(path.read_text())["wall_s"] for path in launches)
     return stage_s, launches_s, 100 * (stage_s - launches_s) / stage_s
 

@@ -13,12 +13,13 @@ from typing import Any
 
 from .artifacts import now_iso, record_digest, write_recorded_json, write_text
 from .audit import default_signoffs, record_written_report
+from .paths import WORKFLOW
 from .stages import STAGES, UPSTREAM, skipped_stages
 
 NO_SUMMARY = "no summary of this stage among the report's inputs"
 
 # report.json's shape; the report is checked against it before it is written.
-REPORT_SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "report.schema.json"
+REPORT_SCHEMA = WORKFLOW / "schemas" / "report.schema.json"
 SCHEMA_VERSION = "1.0.0"
 def titles(config: dict[str, Any]) -> dict[str, str]:
     """Each stage's title with the config's figures in it (steps, layers, experts)."""

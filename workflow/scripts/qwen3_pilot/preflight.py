@@ -35,16 +35,15 @@ from typing import Any
 import yaml
 
 from .config import (
-    CACHE_ROOT,
     check_renamed_keys,
     deep_update,
     resolve_config,
     stage_kernel_rules,
     stage_training,
 )
+from .paths import PROJECT, WORKFLOW, RunFolder
 
-PROJECT = Path(__file__).resolve().parents[3]
-RESOURCES = PROJECT / "workflow" / "resources"
+RESOURCES = WORKFLOW / "resources"
 # The published models' config.json values, and AWS's component list per SDK release
 # (sdk-<release>-components.md): each folder's README says where they come from.
 DEFAULT_MODEL_CONFIGS = RESOURCES / "qwen3-configs"
@@ -357,7 +356,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
     # The neuron backend's entries, read at call time (a test takes one away to see the check fail).
     run_check("torchtitan_api", lambda: torchtitan_api(titan_api.TORCHTITAN_API), checks)
     if config is not None:
-        backend = make_backend(config, str((project / CACHE_ROOT).resolve()))
+        backend = make_backend(config, str(RunFolder(project).cache.resolve()))
         dense_json = run_check(
             "published_configs",
             lambda: {"dense": str(published_config(model_configs, config["weights"]["repo_id"].split("/")[-1])),
@@ -477,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configfile", type=Path, nargs="+", default=[PROJECT / "config" / "trn2.yaml"])
     parser.add_argument("--model-configs", type=Path, default=DEFAULT_MODEL_CONFIGS,
                         help="folder with the published <model>.config.json files")
-    parser.add_argument("--out", type=Path, default=PROJECT / "results" / "preflight")
+    parser.add_argument("--out", type=Path, default=RunFolder(PROJECT).results / "preflight")
     args = parser.parse_args(argv)
     report = preflight(args.configfile, args.model_configs, args.out)
     print_summary(report)

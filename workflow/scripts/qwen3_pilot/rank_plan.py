@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from .artifacts import write_json
+from .paths import SCRIPTS
 
 GIB = 1024**3
 # AdamW keeps exp_avg and exp_avg_sq per parameter, in the parameter's dtype.
@@ -210,8 +211,7 @@ def run_plan_subprocess(
 ) -> dict:
     """Run the CLI in a fresh interpreter (the fake process group is process-global)."""
     env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SCRIPTS), env.get("PYTHONPATH")]))
     cmd = [
         python, "-m", "qwen3_pilot.rank_plan",
         "--flavor", flavor,

@@ -23,8 +23,8 @@ from typing import Any
 
 from .artifacts import check_custody
 from .backends import keep_compiler_caches_in_project
-from .config import CACHE_ROOT
 from .lifetime import die_with_parent, exit_once_recorded
+from .paths import HERE
 from .stage_progress import StageProgress, begin_progress
 from .stages import stage_of_job
 from .summary import write_failure
@@ -44,7 +44,7 @@ class StageRun:
         self.end_process = end_process
         # The project's library caches (torch.compile's, matplotlib's, the ranks' temp folder), from the
         # workflow folder a job runs in.
-        self.cache_root = str(Path(CACHE_ROOT).resolve())
+        self.cache_root = str(HERE.cache.resolve())
         self.log = logging.getLogger("qwen3_pilot")
         self.progress: StageProgress | None = None
         self._exit = contextlib.ExitStack()

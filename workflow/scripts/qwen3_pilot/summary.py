@@ -7,18 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import describe_artifact, now_iso, write_recorded_json
+from .paths import HERE
 from .stage_progress import stage_started
 
 STATUSES = ("pass", "fail", "not_run")
 
 
-# Failure records live outside every rule's declared outputs, which Snakemake deletes when a job fails;
-# the stage's next successful summary removes its record.
-FAILURES_DIR = Path("results") / "failures"
-
-
 def failure_path(stage: str) -> Path:
-    return FAILURES_DIR / f"{stage}.json"
+    """The stage's failure record in the job's workflow folder; its next successful summary removes it."""
+    return HERE.failure_record(stage)
 
 
 def write_failure(stage: str, error: BaseException, log_path: Path, kept_log: Path,

@@ -27,12 +27,13 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from .paths import SCRIPTS, RunFolder
+
 # Each recipe (its config function) and the stage whose recorded launch trains it.
 RECIPE_STAGES = {"qwen3_native": "train_native", "qwen3_hf": "train_hf", "qwen3_moe_reduced": "moe_reduced"}
 INSTALLED = "installed"
 # The "(who uses it; since when upstream has it)" at the end of a missing-name message: the JSON keeps it.
 WHY_AND_SINCE = re.compile(r" \([^()]*; (upstream (has it since|had it from)|present in) .*$")
-SCRIPTS = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dic
 
 def matrix(workdir: Path, torchtitans: list[Torchtitan], steps: int) -> list[dict[str, Any]]:
     missing = [stage for stage in RECIPE_STAGES.values()
-               if not (workdir / "results" / stage / "run" / "launch.json").is_file()]
+               if not RunFolder(workdir).launch_record(stage, "run").is_file()]
     if missing:
         raise SystemExit(f"{workdir}: no recorded launch for {', '.join(missing)} (results/<stage>/run/launch.json): "
                          "run the cpu pipeline here first (make report)")

@@ -19,6 +19,7 @@ from typing import Any
 from .artifacts import write_json
 from .backends import Backend
 from .launch import Launch, failure_cause, how_it_ended, run_torchrun, stop_orphans
+from .paths import RunFolder
 from .stage_progress import record_measured
 from .trainer_run import LAUNCH_RECORD, METRICS_FILE, RECIPE_ENV, TrainerRun, export_dir
 
@@ -137,7 +138,7 @@ def relaunch(
     own launcher, its dump folder, rank logs, recipe and parity table moved to `scratch` so that the stage's
     outputs stay as Snakemake wrote them: `recipe_changes` over the recorded TrainerRun (e.g. {"steps": 1}),
     `added_env` over the recorded environment."""
-    record = json.loads((workdir / "results" / stage / name / LAUNCH_RECORD).read_text())
+    record = json.loads(RunFolder(workdir).launch_record(stage, name).read_text())
     run = TrainerRun.read(Path(record["env"][RECIPE_ENV]))
     # Every file the ranks write outside the dump folder, moved too: the stage's own stay as it recorded them.
     moved = {key: str(scratch / Path(getattr(run, key)).name) for key in TrainerRun.RANK_OUTPUTS if getattr(run, key)}
