@@ -25,6 +25,6 @@ rule benchmark:
         settings=config["benchmark"],
         dataset=config["data"]["dataset"],
     message:
-        get_launch_message("benchmark", "qwen3_pilot.in_ranks.train_entry")
+        get_launch_message("benchmark", "qwen3_pilot.titan.in_ranks.train_entry")
     script:
         "../workflow/scripts/benchmark.py"

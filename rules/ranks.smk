@@ -22,6 +22,6 @@ rule verify_ranks:
         backend=get_backend_config(),
         plan=config["plan"],
     message:
-        get_launch_message("verify_ranks", "qwen3_pilot.in_ranks.rank_worker")
+        get_launch_message("verify_ranks", "qwen3_pilot.titan.in_ranks.rank_worker")
     script:
         "../workflow/scripts/verify_ranks.py"

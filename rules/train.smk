@@ -34,7 +34,7 @@ rule train:
         kernels=get_recipe_kernel_rules,
         dataset=config["data"]["dataset"],
     message:
-        get_launch_message("{wildcards.stage}", "qwen3_pilot.in_ranks.train_entry")
+        get_launch_message("{wildcards.stage}", "qwen3_pilot.titan.in_ranks.train_entry")
     script:
         "../workflow/scripts/train.py"
 
@@ -148,7 +148,7 @@ rule moe_reduced:
         kernels=get_kernel_rules("moe_reduced"),
         dataset=config["data"]["dataset"],
     message:
-        get_launch_message("moe_reduced", "qwen3_pilot.in_ranks.train_entry")
+        get_launch_message("moe_reduced", "qwen3_pilot.titan.in_ranks.train_entry")
     script:
         "../workflow/scripts/moe_reduced.py"
 

@@ -469,7 +469,7 @@ def trainer_processes(ws) -> list[int]:
     from qwen3_pilot.unlock import workflow_processes
 
     return [pid for pid, command in workflow_processes(ws)
-            if "qwen3_pilot.in_ranks.train_entry" in command or "torch.distributed.run" in command]
+            if "qwen3_pilot.titan.in_ranks.train_entry" in command or "torch.distributed.run" in command]
 
 
 def wait_for_steps(snakemake, run_dir, steps):

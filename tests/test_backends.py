@@ -139,10 +139,10 @@ def test_neuron_system_versions_come_from_dpkg_and_the_tools():
 
 def test_torchrun_command_launches_the_module_with_the_rank_count(tmp_path):
     backend = make_backend(config("neuron", 64), str(tmp_path))
-    command = backend.torchrun_command("/usr/bin/python3", 64, "qwen3_pilot.in_ranks.rank_worker", ["--out", "x"])
+    command = backend.torchrun_command("/usr/bin/python3", 64, "qwen3_pilot.titan.in_ranks.rank_worker", ["--out", "x"])
     assert command[:4] == ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone"]
     assert "--nproc-per-node=64" in command
-    assert command[-4:] == ["-m", "qwen3_pilot.in_ranks.rank_worker", "--out", "x"]
+    assert command[-4:] == ["-m", "qwen3_pilot.titan.in_ranks.rank_worker", "--out", "x"]
     # Without a folder for per-rank logs, every rank prints to the console as before.
     assert not [a for a in command if a.startswith(("--log-dir", "--tee", "--redirects", "--local-ranks-filter"))]
 
@@ -151,14 +151,14 @@ def test_neuron_torchrun_keeps_rank_0_in_the_stage_log_and_every_rank_in_its_own
     backend = make_backend(config("neuron", 64), str(tmp_path))
     ranks_dir = tmp_path / "logs" / "train_native" / "ranks"
     command = backend.torchrun_command(
-        "python", 64, "qwen3_pilot.in_ranks.train_entry", ["--config", "f"], rank_log_dir=ranks_dir
+        "python", 64, "qwen3_pilot.titan.in_ranks.train_entry", ["--config", "f"], rank_log_dir=ranks_dir
     )
     launcher = command[:command.index("-m", 3)]
     assert launcher == [
         "python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=64",
         f"--log-dir={ranks_dir}", "--tee=3", "--local-ranks-filter=0",
     ]
-    assert command[len(launcher):] == ["-m", "qwen3_pilot.in_ranks.train_entry", "--config", "f"]
+    assert command[len(launcher):] == ["-m", "qwen3_pilot.titan.in_ranks.train_entry", "--config", "f"]
 
 
 def test_cpu_torchrun_keeps_every_rank_on_the_console_and_its_error_files_in_the_log_dir(tmp_path):
@@ -233,7 +233,7 @@ def sent_dtypes(monkeypatch):
 def test_the_rank_workers_collectives_send_only_32_bit_types(one_rank_group, sent_dtypes):
     import torch
 
-    from qwen3_pilot.in_ranks.rank_worker import known_collectives
+    from qwen3_pilot.titan.in_ranks.rank_worker import known_collectives
 
     seen = known_collectives(0, 1, torch.device("cpu"))
     assert seen == {"device": "cpu", "all_reduce_sum": 1.0, "all_gather": [0]}
@@ -243,7 +243,7 @@ def test_the_rank_workers_collectives_send_only_32_bit_types(one_rank_group, sen
 def test_the_router_load_goes_through_its_all_reduce_as_int32(one_rank_group, sent_dtypes, tmp_path, monkeypatch):
     import torch
 
-    from qwen3_pilot.in_ranks.titan_metrics import recording_router_load
+    from qwen3_pilot.titan.in_ranks.titan_metrics import recording_router_load
 
     class Optimizers:
         def register_step_pre_hook(self, hook):

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from qwen3_pilot.artifacts import write_recorded_json
-from qwen3_pilot.parity import ParityError, with_reasons
 from qwen3_pilot.stages.judge_training import run
 from qwen3_pilot.summary import failure_path, write_failure
+from qwen3_pilot.titan.parity import ParityError, with_reasons
 from qwen3_pilot.training import TrainingError
 
 VOCAB = 151936

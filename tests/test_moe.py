@@ -38,8 +38,8 @@ def test_no_router_load_is_a_problem(tmp_path):
 
 
 def test_the_full_width_reduced_spec_has_the_published_parameter_count():
-    from qwen3_pilot.models import count_parameters, reduced_moe_model
     from qwen3_pilot.reduced_moe import model_spec
+    from qwen3_pilot.titan.models import count_parameters, reduced_moe_model
 
     moe = {"layers": 4, "experts": 64, "top_k": 4, "rope_theta": 1e6}
     width = {"dim": 2048, "n_heads": 32, "n_kv_heads": 4, "head_dim": 128, "moe_hidden_dim": 768}

@@ -123,4 +123,4 @@ def test_a_dry_run_for_two_trn2_nodes_shows_each_torchrun_stage_launching_on_bot
         assert (f"{stage} on 2 nodes x 64 ranks, launched from the first node of the job's allocation: "
                 "srun --ntasks-per-node=1 --kill-on-bad-exit=1 python -m torch.distributed.run --nnodes=2 "
                 "--rdzv-backend=c10d --rdzv-endpoint=<first node of the SLURM allocation>:29500") in text, stage
-        assert f"--nproc-per-node=64 -m qwen3_pilot.in_ranks.{module}" in text
+        assert f"--nproc-per-node=64 -m qwen3_pilot.titan.in_ranks.{module}" in text

@@ -257,7 +257,7 @@ FAKE_TORCH_NEURONX = "import torch\ntorch.utils.rename_privateuse1_backend('neur
 def test_the_rank_worker_imports_torch_neuronx_before_making_its_device(tmp_path):
     (tmp_path / "torch_neuronx.py").write_text(FAKE_TORCH_NEURONX)
     # A fresh interpreter: the device name cannot be renamed back in this one.
-    code = "from qwen3_pilot.in_ranks.rank_worker import device_for; print(device_for('neuron', 3))"
+    code = "from qwen3_pilot.titan.in_ranks.rank_worker import device_for; print(device_for('neuron', 3))"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

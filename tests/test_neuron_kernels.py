@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from qwen3_pilot.kernels import rope as rope_kernel
+from qwen3_pilot.titan.kernels import rope as rope_kernel
 
 LNC = 2
 SEQ = 128 * LNC
@@ -125,7 +125,7 @@ FAKE_PACKAGES = {
 }
 INSTALL = """
 import json, torch
-import qwen3_pilot.kernels.rope  # defines the op, with its cpu implementation only
+import qwen3_pilot.titan.kernels.rope  # defines the op, with its cpu implementation only
 from qwen3_pilot.backends.neuron import install_kernels
 registered = lambda: torch._C._dispatch_has_kernel_for_dispatch_key("qwen3_pilot::rope_hf", "PrivateUse1")
 before = registered()

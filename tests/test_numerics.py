@@ -12,9 +12,9 @@ from conftest import default_config
 
 from qwen3_pilot import numerics
 from qwen3_pilot.config import deep_update
-from qwen3_pilot.kernels import parse_replacement_lines
-from qwen3_pilot.kernels import rope as rope_kernel
-from qwen3_pilot.kernels.moe import grouped_experts_swiglu
+from qwen3_pilot.titan.kernels import parse_replacement_lines
+from qwen3_pilot.titan.kernels import rope as rope_kernel
+from qwen3_pilot.titan.kernels.moe import grouped_experts_swiglu
 
 ROPE_SHAPES = [
     {"batch": 1, "seq": 256, "heads": 4, "kv_heads": 4, "head_dim": 32},

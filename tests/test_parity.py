@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from qwen3_pilot.parity import ParityError, check_parity, checkpoint_values, parity_table, read_checkpoint_values
+from qwen3_pilot.titan.parity import ParityError, check_parity, checkpoint_values, parity_table, read_checkpoint_values
 
 # Qwen3-4B-Instruct-2507's config.json, the fields that matter here (transformers v5 layout).
 QWEN3_4B_2507 = {
@@ -30,7 +30,7 @@ QWEN3_4B_2507 = {
 def test_torchtitan_4b_flavor_against_qwen3_4b_2507_names_rope_theta():
     from torchtitan.models.qwen3 import model_registry
 
-    from qwen3_pilot.models import native_model_values, use_sdpa
+    from qwen3_pilot.titan.models import native_model_values, use_sdpa
 
     model = model_registry("4B").model
     use_sdpa(model)
@@ -44,7 +44,7 @@ def test_torchtitan_4b_flavor_against_qwen3_4b_2507_names_rope_theta():
 
 
 def test_native_model_from_checkpoint_takes_every_field_from_config_json():
-    from qwen3_pilot.models import native_model_from_checkpoint, native_model_values, use_sdpa
+    from qwen3_pilot.titan.models import native_model_from_checkpoint, native_model_values, use_sdpa
 
     expected = checkpoint_values(QWEN3_4B_2507)
     model = native_model_from_checkpoint(expected)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import PROJECT
 
-from qwen3_pilot import titan_api
 from qwen3_pilot.preflight import DEFAULT_MODEL_CONFIGS, preflight
+from qwen3_pilot.titan import titan_api
 
 TRN2 = PROJECT / "config" / "trn2.yaml"
 # Every preflight here checks the same 64-rank FSDP plan: computed once (conftest.plan_once).

@@ -11,10 +11,10 @@ import torch
 from conftest import default_config
 
 from qwen3_pilot import numerics
-from qwen3_pilot.kernels import parse_replacement_lines, replacement_log_problems
-from qwen3_pilot.kernels.moe import KernelGroupedExperts
-from qwen3_pilot.kernels.rope import HFLayoutRoPE
-from qwen3_pilot.replacement import (
+from qwen3_pilot.titan.kernels import parse_replacement_lines, replacement_log_problems
+from qwen3_pilot.titan.kernels.moe import KernelGroupedExperts
+from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE
+from qwen3_pilot.titan.replacement import (
     ReplacementError,
     apply_converters,
     kernel_converters,

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from qwen3_pilot.kernels.rope import rope_hf
+from qwen3_pilot.titan.kernels.rope import rope_hf
 
 
 def one_position(x, cos, sin):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT
 
-from qwen3_pilot.titan_api import TORCHTITAN_API, ApiEntry, TorchtitanApiError, check_torchtitan_api, missing_api
+from qwen3_pilot.titan.titan_api import TORCHTITAN_API, ApiEntry, TorchtitanApiError, check_torchtitan_api, missing_api
 
 FAKE = "fake_torchtitan_config"
 
@@ -121,7 +121,7 @@ def test_entries_for_another_backend_are_left_out(fake_titan):
 
 
 def test_importing_the_checker_imports_neither_torch_nor_torchtitan():
-    code = "import sys, qwen3_pilot.titan_api; print(sorted({'torch', 'torchtitan'} & set(sys.modules)))"
+    code = "import sys, qwen3_pilot.titan.titan_api; print(sorted({'torch', 'torchtitan'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]"
 
@@ -135,7 +135,7 @@ def test_a_recipe_is_checked_only_for_the_names_it_uses(fake_titan):
 
 
 def test_every_entry_names_known_users_and_each_recipe_has_its_own_list():
-    from qwen3_pilot.titan_api import EXPORT, NUMERICS, RANK_PLAN, RECIPES
+    from qwen3_pilot.titan.titan_api import EXPORT, NUMERICS, RANK_PLAN, RECIPES
 
     assert {user for entry in TORCHTITAN_API for user in entry.users} == {*RECIPES, RANK_PLAN, NUMERICS, EXPORT}
     per_recipe = {recipe: {e.target for e in TORCHTITAN_API if recipe in e.users} for recipe in RECIPES}
@@ -145,7 +145,7 @@ def test_every_entry_names_known_users_and_each_recipe_has_its_own_list():
 
 
 def test_a_name_is_found_in_another_home_and_imported_from_there(fake_titan, monkeypatch):
-    from qwen3_pilot.titan_api import Home, import_home
+    from qwen3_pilot.titan.titan_api import Home, import_home
 
     old_home = types.ModuleType("fake_old_home")
 
@@ -169,7 +169,7 @@ def test_a_name_is_found_in_another_home_and_imported_from_there(fake_titan, mon
 
 
 def test_the_two_names_upstream_moved_in_august_are_imported_from_where_0_3_0_keeps_them():
-    from qwen3_pilot.titan_api import CHECKPOINT_MANAGER, LR_SCHEDULERS, import_home
+    from qwen3_pilot.titan.titan_api import CHECKPOINT_MANAGER, LR_SCHEDULERS, import_home
 
     assert import_home(CHECKPOINT_MANAGER).__module__.startswith("torchtitan.components.checkpoint")
     assert import_home(LR_SCHEDULERS).__name__ == "LRSchedulersContainer"
@@ -183,7 +183,7 @@ PRE_REFACTOR = {"torchtitan/__init__.py": "", "torchtitan/config/__init__.py": "
 
 
 def refusal_in(path, tmp_path) -> subprocess.CompletedProcess:
-    code = ("from qwen3_pilot.titan_api import check_torchtitan_api, TorchtitanApiError\n"
+    code = ("from qwen3_pilot.titan.titan_api import check_torchtitan_api, TorchtitanApiError\n"
             "try:\n    check_torchtitan_api(user='qwen3_native')\nexcept TorchtitanApiError as error:\n"
             "    print(error)\n    raise SystemExit(3)\n")
     env = {**os.environ, "PYTHONPATH": f"{path}{os.pathsep}{PROJECT / 'workflow' / 'scripts'}"}
@@ -214,7 +214,7 @@ def test_torchtitan_0_2_2_from_pypi_is_refused_at_once(tmp_path):
 
 
 def test_a_trainer_checks_the_recipe_it_was_started_with():
-    from qwen3_pilot.in_ranks.train_entry import config_function
+    from qwen3_pilot.titan.in_ranks.train_entry import config_function
 
     assert config_function(["-m", "x", "--module", "m", "--config", "qwen3_hf", "--dump_folder", "d"]) == "qwen3_hf"
     assert config_function(["--config=qwen3_native"]) == "qwen3_native"
@@ -233,7 +233,7 @@ def fake_fork(monkeypatch, registry_source: str):
 
 
 def test_on_neuron_the_native_recipe_starts_from_the_forks_qwen3_recipe_where_it_has_one(monkeypatch):
-    from qwen3_pilot.titan_api import native_base
+    from qwen3_pilot.titan.titan_api import native_base
 
     upstream = "torchtitan.models.qwen3.config_registry:qwen3_32b"
     assert native_base("cpu")[1] == upstream
@@ -246,7 +246,7 @@ def test_on_neuron_the_native_recipe_starts_from_the_forks_qwen3_recipe_where_it
 
 
 def test_a_fork_without_that_recipe_falls_back_and_a_broken_one_is_an_error(monkeypatch):
-    from qwen3_pilot.titan_api import native_base
+    from qwen3_pilot.titan.titan_api import native_base
 
     fake_fork(monkeypatch, "def qwen3_other():\n    pass\n")
     assert native_base("neuron")[1] == "torchtitan.models.qwen3.config_registry:qwen3_32b"

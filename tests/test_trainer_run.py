@@ -57,7 +57,7 @@ def test_a_file_of_another_shape_is_refused_naming_the_key(tmp_path, change, mes
 def test_the_launch_command_carries_no_setting_only_the_recipe_function_and_folder(tmp_path):
     backend = make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
     command, env = trainer_launch(backend, 2, "qwen3_hf", tmp_path / "recipe.json", tmp_path / "run")
-    tail = command[command.index("qwen3_pilot.in_ranks.train_entry") + 1:]
-    assert tail == ["--module", "qwen3_pilot.in_ranks.recipes", "--config", "qwen3_hf", "--dump_folder",
+    tail = command[command.index("qwen3_pilot.titan.in_ranks.train_entry") + 1:]
+    assert tail == ["--module", "qwen3_pilot.titan.in_ranks.recipes", "--config", "qwen3_hf", "--dump_folder",
                     str(tmp_path / "run")]
     assert Path(env["QWEN3_PILOT_RECIPE"]) == (tmp_path / "recipe.json").resolve()

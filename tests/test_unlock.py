@@ -28,7 +28,8 @@ def test_only_this_workflows_processes_in_its_folder_are_found(tmp_path):
     other.mkdir()
     proc = fake_proc(tmp_path, [
         (101, root, "/venv/bin/python3 /venv/bin/snakemake --cores all results/report.html"),
-        (102, root, "/venv/bin/python3 -m torch.distributed.run --standalone -m qwen3_pilot.in_ranks.train_entry"),
+        (102, root, "/venv/bin/python3 -m torch.distributed.run --standalone "
+                    "-m qwen3_pilot.titan.in_ranks.train_entry"),
         (103, root, "/venv/bin/python3 /ws/.snakemake/scripts/tmpab12.train.py"),
         (104, root, "vim README.md"),
         (105, other, "/venv/bin/python3 /venv/bin/snakemake --cores 1"),

@@ -1,7 +1,7 @@
 """The stages' one torchrun launcher (runs in the stage process): torchrun in its own process group, dead
 with the stage however the stage ends, every rank stopped when torchrun returns, its output appended to the
 stage log; and why a launch failed, from the error file torchelastic's @record wrote for the failing rank
-(the rank entry points in qwen3_pilot.in_ranks are decorated with it), not from scraping tracebacks.
+(the rank entry points in qwen3_pilot.titan.in_ranks are decorated with it), not from scraping tracebacks.
 """
 
 from __future__ import annotations

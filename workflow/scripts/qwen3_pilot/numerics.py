@@ -83,7 +83,7 @@ def rope_numerics(
     k, on `device`. A tolerance of "bf16_stepwise" is derived per shape by `bf16_stepwise_rope_bound`."""
     from torchtitan.models.common.rope import CosSinRoPE
 
-    from qwen3_pilot.kernels.rope import HFLayoutRoPE, rope_titan_layout
+    from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE, rope_titan_layout
 
     rows = []
     for shape in shapes:
@@ -143,7 +143,7 @@ def _rope_forward_backward(rope, q, k, grad_q, grad_k):
 def seq_len_rule_check(lnc: int, good_seq_len: int | None = None, bad_seq_len: int | None = None) -> dict[str, Any]:
     """Runs `HFLayoutRoPE` with the neuron rule on: a conforming seq len must pass, a bad one must raise."""
     from qwen3_pilot.config import NKI_ROPE_TILE
-    from qwen3_pilot.kernels.rope import SeqLenRuleError, required_seq_multiple
+    from qwen3_pilot.titan.kernels.rope import SeqLenRuleError, required_seq_multiple
 
     multiple = required_seq_multiple(lnc)
     good = good_seq_len or multiple
@@ -164,7 +164,7 @@ def seq_len_rule_check(lnc: int, good_seq_len: int | None = None, bad_seq_len: i
 def _rope_with_rule(seq_len: int, lnc: int) -> None:
     import torch
 
-    from qwen3_pilot.kernels.rope import HFLayoutRoPE
+    from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE
 
     head_dim = 8
     rope = HFLayoutRoPE(HFLayoutRoPE.Config(dim=head_dim, max_seq_len=seq_len, lnc=lnc))
@@ -200,7 +200,7 @@ def moe_numerics(
     """`grouped_impl` (default: the grouped matmul) against the per-expert loop in each dtype, forward
     output and gradients of x, w1, w2, w3; and, in bfloat16, torchtitan's own `GroupedExperts` too (it
     computes in bfloat16 whatever its inputs are, so a float32 row of it would measure rounding)."""
-    from qwen3_pilot.kernels.moe import grouped_experts_swiglu, looped_experts_swiglu, torchtitan_grouped_experts
+    from qwen3_pilot.titan.kernels.moe import grouped_experts_swiglu, looped_experts_swiglu, torchtitan_grouped_experts
 
     grouped_impl = grouped_impl or grouped_experts_swiglu
     rows = []
@@ -262,7 +262,7 @@ def tiny_titan_config(sizes: dict[str, int], seq_len: int, moe: bool):
     from torchtitan.models.common import CosSinRoPE
     from torchtitan.models.qwen3 import _build_qwen3_layers, _build_qwen3_moe_layers
 
-    from .models import qwen3_decoder, use_sdpa
+    from .titan.models import qwen3_decoder, use_sdpa
 
     dim, head_dim = sizes["dim"], sizes["head_dim"]
     common = dict(
@@ -302,9 +302,9 @@ def replaced_model(
     """The same tiny model built from its config after the kernel converters ran (as the trainer builds
     it), with `reference`'s weights; and {kernel: replaced module paths}. `rope_apply` / `experts_impl`
     swap the implementation under test (a test hands in a wrong one)."""
-    from qwen3_pilot.kernels.moe import KernelGroupedExperts
-    from qwen3_pilot.kernels.rope import HFLayoutRoPE
-    from qwen3_pilot.replacement import apply_converters, kernel_converters, replaced_paths
+    from qwen3_pilot.titan.kernels.moe import KernelGroupedExperts
+    from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE
+    from qwen3_pilot.titan.replacement import apply_converters, kernel_converters, replaced_paths
 
     config = apply_converters(tiny_titan_config(sizes, seq_len, moe), kernel_converters(kernel_rules(moe), lnc))
     model = config.build()
@@ -573,7 +573,7 @@ def _kernel_numerics(config: dict[str, Any], log: Callable[[str], None]) -> dict
         + train_problems(trained["trains"])
         + compile_problems(compiled)
     )
-    from .kernels import KERNELS, implementation
+    from .titan.kernels import KERNELS, implementation
 
     return {
         "device": device,

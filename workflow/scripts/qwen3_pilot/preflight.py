@@ -104,8 +104,8 @@ def checkpoint_stand_in(work: Path, config_json: Path) -> Path:
 
 def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path) -> dict[str, Path]:
     """The TrainerRun each neuron training stage would write, with the trn2 config's values."""
-    from .parity import read_checkpoint_values
     from .reduced_moe import model_spec, reduced_moe_changes
+    from .titan.parity import read_checkpoint_values
     from .trainer_run import PARITY_FILE, ROUTER_LOAD_FILE
     from .training import trainer_run
 
@@ -131,7 +131,7 @@ def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path)
 
 def build_recipe(recipe_path: Path, config_function: str):
     """The recipe's torchtitan Trainer.Config, from the recipes' own config function."""
-    from .in_ranks import recipes
+    from .titan.in_ranks import recipes
     from .trainer_run import RECIPE_ENV
 
     previous = os.environ.get(RECIPE_ENV)
@@ -148,9 +148,9 @@ def build_recipe(recipe_path: Path, config_function: str):
 def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[str, Any]:
     """The native recipe's config as its trainer builds it: parity against config.json (each accepted difference
     with its `reasons` entry), its kernel replacements and parameter count."""
-    from .models import count_parameters
-    from .parity import with_reasons
-    from .replacement import apply_converters, kernel_converters, replaced_paths
+    from .titan.models import count_parameters
+    from .titan.parity import with_reasons
+    from .titan.replacement import apply_converters, kernel_converters, replaced_paths
 
     trainer = build_recipe(recipe_path, "qwen3_native")
     model = trainer.model_spec.model
@@ -164,7 +164,7 @@ def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[s
     if len(demo.get("rope_hf", [])) != len(model.layers):
         raise PreflightError(f"train_native: rope_hf replaced {len(demo.get('rope_hf', []))} RoPE modules in a "
                              f"{len(model.layers)}-layer model; expected one per layer")
-    from .titan_api import native_base
+    from .titan.titan_api import native_base
 
     return {
         # Which config function the recipe started from on neuron: the fork's Qwen3 recipe where it has one.
@@ -185,8 +185,8 @@ def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
     """The transformers-backend recipe: its config, and parity of the transformers config it builds the
     model from (torchtitan's own update_from_config, as the trainer calls it) against config.json, each accepted
     difference with its `reasons` entry."""
-    from .models import hf_model_values
-    from .parity import parity_table, read_checkpoint_values
+    from .titan.models import hf_model_values
+    from .titan.parity import parity_table, read_checkpoint_values
     from .trainer_run import TrainerRun
 
     trainer = build_recipe(recipe_path, "qwen3_hf")
@@ -202,9 +202,9 @@ def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
 
 
 def moe_check(recipe_path: Path, config: dict[str, Any], moe_config_json: Path) -> dict[str, Any]:
-    from .models import count_parameters
-    from .parity import _same
-    from .replacement import replaced_paths
+    from .titan.models import count_parameters
+    from .titan.parity import _same
+    from .titan.replacement import replaced_paths
 
     trainer = build_recipe(recipe_path, "qwen3_moe_reduced")
     model = trainer.model_spec.model
@@ -336,8 +336,8 @@ def run_check(name: str, function: Callable[[], Any], checks: dict[str, Any]) ->
 
 def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: Path = PROJECT) -> dict[str, Any]:
     """Runs every check (each one's failure is recorded, the others still run) and writes the report."""
-    from . import titan_api
     from .backends import make_backend
+    from .titan import titan_api
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -401,7 +401,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
 def torchtitan_api(entries) -> dict[str, Any]:
     """The installed torchtitan's API per recipe (and per stage module) for the neuron backend: each user's
     missing names; fails naming them, after refusing a torchtitan from before the config refactor."""
-    from .titan_api import TorchtitanApiError, config_api_problem, installed_torchtitan, missing_by_user
+    from .titan.titan_api import TorchtitanApiError, config_api_problem, installed_torchtitan, missing_by_user
 
     refused = config_api_problem()
     if refused:

@@ -58,7 +58,7 @@ def rank_worker_command(
 ) -> list[str]:
     """The torchrun command of verify_ranks' launch (the preflight prints it)."""
     return backend.torchrun_command(
-        python, nproc, "qwen3_pilot.in_ranks.rank_worker",
+        python, nproc, "qwen3_pilot.titan.in_ranks.rank_worker",
         ["--out", str(out_dir), "--dist-backend", backend.dist_backend, "--device-type", backend.device_type],
         rank_log_dir=rank_logs,
     )

@@ -1,7 +1,7 @@
 """The reduced Qwen3 MoE (Qwen3-30B-A3B's architecture at a few layers and experts) that stage moe_reduced
 trains: its spec, and the router's load read back from the run (stages/moe_reduced.py launches it).
 
-The training runs in torchrun's processes (in_ranks/recipes.py: qwen3_moe_reduced).
+The training runs in torchrun's processes (titan/in_ranks/recipes.py: qwen3_moe_reduced).
 """
 
 from __future__ import annotations

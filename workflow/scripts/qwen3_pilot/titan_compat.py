@@ -61,7 +61,7 @@ def unpacked(torchtitan: Torchtitan, scratch: Path) -> Torchtitan:
 # Run with the torchtitan under test first on the path: its version, the refusal, and each recipe's missing names.
 _API_PROBE = """
 import json
-from qwen3_pilot import titan_api
+from qwen3_pilot.titan import titan_api
 refused = titan_api.config_api_problem()
 missing = {} if refused else {r: titan_api.missing_api(backend="cpu", user=r) for r in titan_api.RECIPES}
 import torchtitan

@@ -1,5 +1,5 @@
 """The run a training stage asks its ranks for: one torch-free dataclass that the stage writes into the run's
-recipe file and the recipes read in every rank (in_ranks/recipes.py), with the file names both sides share.
+recipe file and the recipes read in every rank (titan/in_ranks/recipes.py), with the file names both sides share.
 
 Every setting reaches torchtitan's trainer through it, and nothing else: no command-line override. The control
 run on random init and the benchmark's runs are TrainerRuns of their own (use_checkpoint, steps,
@@ -18,7 +18,7 @@ from .artifacts import write_json
 
 RECIPE_ENV = "QWEN3_PILOT_RECIPE"  # names the TrainerRun's file, for every rank
 LAUNCH_RECORD = "launch.json"  # in the run folder: the command and environment of the launch (launch.py)
-METRICS_FILE = "metrics.jsonl"  # in the run folder: torchtitan's per-step metrics (in_ranks/titan_metrics.py)
+METRICS_FILE = "metrics.jsonl"  # in the run folder: torchtitan's per-step metrics (titan/in_ranks/titan_metrics.py)
 PARITY_FILE = "parity.json"  # beside the recipe: the built model against config.json (parity.check_parity)
 ROUTER_LOAD_FILE = "router_load.jsonl"  # tokens per expert per layer per step (titan_metrics.recording_router_load)
 

@@ -2,7 +2,7 @@
 file, the trainer launch, torchtitan's per-step metrics, the loaded-weights gate, and the kernel replacements'
 checks against the same run without them.
 
-Torch-free: the training happens in torchrun's processes (qwen3_pilot.in_ranks: train_entry and recipes); this
+Torch-free: the training happens in torchrun's processes (qwen3_pilot.titan.in_ranks: train_entry and recipes); this
 module writes the recipe, launches, and judges what the run measured.
 """
 
@@ -105,8 +105,8 @@ def trainer_launch(
     """The torchrun command of one trainer launch and the environment it adds (the preflight prints these). Every
     setting is in the TrainerRun at `recipe_path`; the command names only the recipe function and the folder."""
     command = backend.torchrun_command(
-        python, nproc, "qwen3_pilot.in_ranks.train_entry",
-        ["--module", "qwen3_pilot.in_ranks.recipes", "--config", config_function, "--dump_folder", str(run_dir)],
+        python, nproc, "qwen3_pilot.titan.in_ranks.train_entry",
+        ["--module", "qwen3_pilot.titan.in_ranks.recipes", "--config", config_function, "--dump_folder", str(run_dir)],
         rank_log_dir=rank_log_dir,
     )
     return command, {**backend.launcher_env, **(extra_env or {}), RECIPE_ENV: str(recipe_path.resolve())}
@@ -273,7 +273,7 @@ def launch_and_read(
 def replacement_check(stage: str, run: Launch, rules: list[dict[str, str]], n_layers: int) -> dict[str, Any]:
     """Exactly one replacement line per targeted layer for each configured kernel in this launch's own
     output (the lines the replaced modules print as the trainer builds them)."""
-    from .kernels import parse_replacement_lines, replacement_log_problems
+    from .titan.kernels import parse_replacement_lines, replacement_log_problems
 
     lines = parse_replacement_lines(run.output())
     problems = replacement_log_problems(lines, rules, n_layers)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 # What a process of this workflow has on its command line (with this folder as its working folder).
-WORKFLOW_COMMANDS = ("snakemake", ".snakemake/scripts/", "torch.distributed.run", "qwen3_pilot.in_ranks")
+WORKFLOW_COMMANDS = ("snakemake", ".snakemake/scripts/", "torch.distributed.run", "qwen3_pilot.titan.in_ranks")
 
 
 def workflow_processes(root: Path, proc: Path = Path("/proc")) -> list[tuple[int, str]]:

@@ -135,6 +135,6 @@ class _PeakRssMonitor:
 def install_kernels(lnc: int | None) -> dict[str, str]:
     """The cpu implementation of every kernel is the PyTorch one each kernel module registers itself
     (`qwen3_pilot::rope_hf`'s composite, `torch._grouped_mm`): nothing to install. Returns which runs."""
-    from ..kernels import KERNELS, implementation
+    from ..titan.kernels import KERNELS, implementation
 
     return {kernel: implementation(kernel) for kernel in KERNELS}

@@ -497,7 +497,7 @@ def install_kernels(lnc: int) -> dict[str, str]:
     naming every missing package, where the Neuron packages are not installed."""
     import importlib
 
-    from ..kernels import KERNELS, implementation, set_implementation
+    from ..titan.kernels import KERNELS, implementation, set_implementation
 
     missing = []
     for module, package in (("torch_neuronx", "torch-neuronx"), (NKI_ROPE_MODULE, "the NKI Library, module nkilib")):
@@ -510,7 +510,7 @@ def install_kernels(lnc: int) -> dict[str, str]:
             missing.append(f"{module} ({package}, from AWS's Neuron repository, envs/neuron.txt): {error}")
     if missing:
         raise ImportError("the neuron kernels cannot be installed; missing:\n  - " + "\n  - ".join(missing))
-    from ..kernels.rope import register_neuron_kernel
+    from ..titan.kernels.rope import register_neuron_kernel
 
     register_neuron_kernel(lnc)
     set_implementation("rope_hf", f"NKI: {NKI_ROPE_MODULE}.rope_hf[{lnc}] on {lnc} logical core(s) per rank")

@@ -21,9 +21,9 @@ from ..benchmark_runs import (
     table_row,
     variants,
 )
-from ..parity import read_checkpoint_values
 from ..reduced_moe import model_spec, reduced_moe_changes
 from ..stage_progress import record_measured
+from ..titan.parity import read_checkpoint_values
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (
     CONFIG_FUNCTIONS,

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ..artifacts import describe_artifact
-from ..parity import with_reasons
 from ..stage_progress import record_measured
 from ..summary import StageSummary
+from ..titan.parity import with_reasons
 from ..training import TrainingError, loaded_weights_gate, replaced_against_plain, replacement_proves
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..parity import read_checkpoint_values
 from ..reduced_moe import STAGE, model_spec, reduced_moe_changes, router_load
 from ..stage_progress import record_measured
+from ..titan.parity import read_checkpoint_values
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (
     CONFIG_FUNCTIONS,
@@ -28,8 +28,8 @@ def run(
     kernels: dict[str, Any], cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path,
     recipe_path: Path, run_dir: Path, plain_dir: Path, measured_path: Path, log_path: Path,
 ) -> dict[str, Any]:
-    from ..models import count_parameters, reduced_moe_model
     from ..summary import StageMeasurement
+    from ..titan.models import count_parameters, reduced_moe_model
 
     backend = usable_backend(STAGE, backend_config, cache_root)
     # The tokenizer comes with the fetched checkpoint, so the vocabulary does too.

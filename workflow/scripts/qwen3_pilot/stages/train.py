@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..launch import Launch
-from ..parity import read_checkpoint_values
 from ..stage_progress import record_measured
+from ..titan.parity import read_checkpoint_values
 from ..trainer_run import METRICS_FILE, PARITY_FILE, export_dir
 from ..training import (
     CONFIG_FUNCTIONS,

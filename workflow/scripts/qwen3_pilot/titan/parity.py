@@ -134,7 +134,7 @@ def check_parity(
     recipe: str, built: dict[str, Any], checkpoint: dict[str, Any], accepted: dict[str, str], out_path: Path | None
 ) -> list[dict[str, Any]]:
     """Writes the table (when `out_path` is given) and raises on any difference not accepted."""
-    from .artifacts import write_json
+    from ..artifacts import write_json
 
     rows, problems = parity_table(built, checkpoint, accepted)
     if out_path is not None:

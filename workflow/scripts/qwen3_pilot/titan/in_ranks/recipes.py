@@ -1,7 +1,7 @@
 """The two 4B recipes as torchtitan config functions, for torchtitan's `--module/--config` API:
 
-    torchrun ... -m qwen3_pilot.in_ranks.train_entry --module qwen3_pilot.in_ranks.recipes --config qwen3_native \
-        --dump_folder RUN [torchtitan overrides]
+    torchrun ... -m qwen3_pilot.titan.in_ranks.train_entry --module qwen3_pilot.titan.in_ranks.recipes \
+        --config qwen3_native --dump_folder RUN [torchtitan overrides]
 
 Each reads every setting (checkpoint, corpus, steps, batch, MFU peak, random init, compile ...) from the
 TrainerRun (trainer_run.py) in the file named by QWEN3_PILOT_RECIPE, which the training stage writes; launching
@@ -15,6 +15,7 @@ import logging
 import os
 from pathlib import Path
 
+from ...trainer_run import RECIPE_ENV, TrainerRun
 from ..models import (
     hf_model_values,
     native_model_from_checkpoint,
@@ -23,7 +24,6 @@ from ..models import (
     set_attention,
 )
 from ..parity import check_parity, read_checkpoint_values
-from ..trainer_run import RECIPE_ENV, TrainerRun
 
 
 def load_recipe() -> TrainerRun:

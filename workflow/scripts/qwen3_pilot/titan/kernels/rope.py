@@ -26,7 +26,7 @@ import torch
 from torchtitan.models.common.rope import CosSinRoPE
 
 from qwen3_pilot.config import NKI_ROPE_TILE
-from qwen3_pilot.kernels import ReplacedConfig, log_replacement
+from qwen3_pilot.titan.kernels import ReplacedConfig, log_replacement
 
 OP_NAME = "qwen3_pilot::rope_hf"
 

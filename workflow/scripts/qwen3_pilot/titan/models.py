@@ -1,6 +1,6 @@
 """torchtitan model configs built from a checkpoint's config.json or from the config (torch-free until
 called): the native Qwen3 sized from the checkpoint, the reduced MoE, SDPA attention, and the values the
-parity check reads back from what was built. Used inside the ranks (qwen3_pilot.in_ranks.recipes) and in
+parity check reads back from what was built. Used inside the ranks (qwen3_pilot.titan.in_ranks.recipes) and in
 the stage processes that build the same models (export_reload, kernel_numerics, moe_reduced, preflight)."""
 
 from __future__ import annotations

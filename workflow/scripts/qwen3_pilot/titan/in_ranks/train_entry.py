@@ -1,7 +1,7 @@
 """Trainer entry point for torchrun: the backend's preparation and kernels, then torchtitan's own main().
 
-    python -m torch.distributed.run ... -m qwen3_pilot.in_ranks.train_entry
-        --module qwen3_pilot.in_ranks.recipes --config F ...
+    python -m torch.distributed.run ... -m qwen3_pilot.titan.in_ranks.train_entry
+        --module qwen3_pilot.titan.in_ranks.recipes --config F ...
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import sys
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ..backends import backend_module
-from ..lifetime import die_with_parent, exit_once_recorded
+from ...backends import backend_module
+from ...lifetime import die_with_parent, exit_once_recorded
 from ..titan_api import check_torchtitan_api
 from .recipes import load_recipe
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torchtitan.models.common.moe import GroupedExperts
 
-from qwen3_pilot.kernels import ReplacedConfig, log_replacement
+from qwen3_pilot.titan.kernels import ReplacedConfig, log_replacement
 
 ExpertsImpl = Callable[..., torch.Tensor]
 

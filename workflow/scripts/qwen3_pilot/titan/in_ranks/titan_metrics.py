@@ -16,7 +16,7 @@ from typing import Any
 
 from torchtitan.components.metrics import BaseLogger, LoggerContainer, MetricsProcessor
 
-from ..trainer_run import METRICS_FILE
+from ...trainer_run import METRICS_FILE
 
 
 class JsonlLogger(BaseLogger):
@@ -64,7 +64,7 @@ def recording_router_load(post_optimizer_build_fn, path: str):
     import torch.distributed as dist
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl
 
-    from ..backends import collective_count_dtype
+    from ...backends import collective_count_dtype
 
     def build(optimizers, model_parts, parallel_dims):
         steps = {"seen": 0}

@@ -50,7 +50,7 @@ class KernelReplacement(ModelConfigConverter):
     @dataclass(kw_only=True, slots=True)
     class Config(ModelConfigConverter.Config):
         kernel: str
-        """A name in qwen3_pilot.kernels.KERNELS."""
+        """A name in qwen3_pilot.titan.kernels.KERNELS."""
 
         layers: str = "*"
         """fnmatch pattern over the layer names ("0", "1", ...): which layers the rule targets."""

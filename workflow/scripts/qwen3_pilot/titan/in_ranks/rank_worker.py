@@ -10,16 +10,16 @@ from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ..artifacts import write_json
-from ..backends import collective_count_dtype
-from ..lifetime import die_with_parent
+from ...artifacts import write_json
+from ...backends import collective_count_dtype
+from ...lifetime import die_with_parent
 
 
 def device_for(device_type: str, local_rank: int):
     """The rank's torch device. On neuron torch_neuronx is imported first: it registers the `neuron`
     device type, and torch.device("neuron", n) raises before that."""
     if device_type == "neuron":
-        from ..backends.neuron import import_torch_neuronx
+        from ...backends.neuron import import_torch_neuronx
 
         import_torch_neuronx()
     import torch
@@ -71,7 +71,7 @@ def main() -> None:
             **known_collectives(rank, world, device),
         }
         if args.device_type == "cpu":
-            from ..backends.cpu import measure_peak_flops
+            from ...backends.cpu import measure_peak_flops
 
             dist.barrier()  # all ranks measure at once, sharing the cores as they do in training
             record["peak_flops"] = measure_peak_flops()
