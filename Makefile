@@ -22,7 +22,7 @@ report: $(VENV)/.installed
 # results/report.pdf beside the finished report, for a sign-off record: headless Chromium prints the page (A4, the
 # decision on page 1, every detail expanded) from a copy held to the sha256 the report stage recorded.
 report-pdf: $(VENV)/.installed
-	$(BIN)/python -m qwen3_pilot.report_print pdf results/report.html results/report.pdf
+	$(BIN)/python -m qwen3_pilot.tools.report_print pdf results/report.html results/report.pdf
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest $(ARGS)
@@ -39,7 +39,7 @@ mutations: $(VENV)/.installed
 
 # The trn2 configuration checked on this machine, before renting a trn2: results/preflight/preflight.html.
 preflight: $(VENV)/.installed
-	$(BIN)/python -m qwen3_pilot.preflight --configfile $(TRN2_CONFIG) $(ARGS)
+	$(BIN)/python -m qwen3_pilot.tools.preflight --configfile $(TRN2_CONFIG) $(ARGS)
 
 # Every artifact results/report.json lists re-checked against the files on disk, and every sign-off against
 # the report.json it was given to; non-zero when anything changed.
@@ -93,7 +93,7 @@ lock-neuron:
 # `git -C <torchtitan clone> archive <commit> torchtitan | tar -x -C PATH`) or a wheel. docs/torchtitan-compat.md.
 TORCHTITANS ?=
 titan-compat: $(VENV)/.installed
-	$(BIN)/python -m qwen3_pilot.titan_compat $(foreach t,$(TORCHTITANS),--torchtitan $(t)) $(ARGS)
+	$(BIN)/python -m qwen3_pilot.tools.titan_compat $(foreach t,$(TORCHTITANS),--torchtitan $(t)) $(ARGS)
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

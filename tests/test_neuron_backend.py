@@ -375,7 +375,7 @@ def test_without_torch_neuronx_the_neuron_processes_stop_naming_it(monkeypatch):
 def printed_launches(monkeypatch, tmp_path, **environ):
     """The preflight's launch plan of config/trn2.yaml with `environ` in the launching environment (None
     unsets a variable): what `make preflight` prints for every neuron stage."""
-    from qwen3_pilot.preflight import launch_plan, load_config
+    from qwen3_pilot.tools.preflight import launch_plan, load_config
 
     for key in ("NEURON_RT_VISIBLE_CORES", "NEURON_CC_FLAGS"):
         monkeypatch.delenv(key, raising=False)
@@ -401,7 +401,7 @@ def test_each_neuron_rank_gets_the_cpu_backends_thread_caps_at_host_cpus_over_ra
 
 
 def test_a_preset_neuron_rt_visible_cores_is_refused_before_launch_naming_its_value(tmp_path, monkeypatch):
-    from qwen3_pilot.preflight import PreflightError
+    from qwen3_pilot.tools.preflight import PreflightError
     from qwen3_pilot.training import TrainingError, usable_backend
 
     with pytest.raises(PreflightError, match="NEURON_RT_VISIBLE_CORES='0-3' is set") as raised:
@@ -433,7 +433,7 @@ def test_the_compiler_gets_the_configured_lnc_after_the_users_own_flags(tmp_path
 def test_an_lnc_in_neuron_cc_flags_that_is_not_neuron_lnc_is_refused_naming_both(
     tmp_path, monkeypatch, user_flags, written
 ):
-    from qwen3_pilot.preflight import PreflightError
+    from qwen3_pilot.tools.preflight import PreflightError
 
     with pytest.raises(PreflightError, match=f"NEURON_CC_FLAGS='{user_flags}' passes {written}, but neuron.lnc = 2"):
         printed_launches(monkeypatch, tmp_path, NEURON_CC_FLAGS=user_flags)

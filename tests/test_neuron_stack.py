@@ -27,7 +27,7 @@ from qwen3_pilot.neuron_stack import (
     stack_record,
 )
 from qwen3_pilot.pins import read_pins
-from qwen3_pilot.preflight import PUBLISHED_COMPONENTS, PreflightError, install_plan
+from qwen3_pilot.tools.preflight import PUBLISHED_COMPONENTS, PreflightError, install_plan
 
 STACK = read_stack()
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import PROJECT
 
-from qwen3_pilot.preflight import DEFAULT_MODEL_CONFIGS, preflight
 from qwen3_pilot.titan import titan_api
+from qwen3_pilot.tools.preflight import DEFAULT_MODEL_CONFIGS, preflight
 
 TRN2 = PROJECT / "config" / "trn2.yaml"
 # Every preflight here checks the same 64-rank FSDP plan: computed once (conftest.plan_once).
@@ -132,7 +132,7 @@ def test_a_torchtitan_missing_a_field_the_recipes_use_fails(tmp_path, monkeypatc
 
 def test_a_two_node_trn2_config_prints_srun_torchrun_launches_with_the_efa_settings(tmp_path, monkeypatch):
     from qwen3_pilot.backends import FIRST_NODE_OF_ALLOCATION, make_backend
-    from qwen3_pilot.preflight import launch_plan, load_config
+    from qwen3_pilot.tools.preflight import launch_plan, load_config
 
     for key in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA",
                 "FI_EFA_FORK_SAFE"):

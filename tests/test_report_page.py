@@ -15,8 +15,8 @@ from report_page import FIRST_SCREEN, OPEN_ALL, OPENED_BY_LINK, WIDTHS, words_in
 
 from qwen3_pilot.artifacts import sha256_file
 from qwen3_pilot.decisions import deciding_figure
-from qwen3_pilot.report_print import print_pdf
 from qwen3_pilot.stages import STAGES
+from qwen3_pilot.tools.report_print import print_pdf
 
 pytestmark = [pytest.mark.chromium, pytest.mark.usefixtures("chromium")]
 

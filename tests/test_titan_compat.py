@@ -1,4 +1,4 @@
-"""The compatibility matrix's rows that CI runs (qwen3_pilot.titan_compat): the installed torchtitan 0.3.0 trains
+"""The compatibility matrix's rows that CI runs (qwen3_pilot.tools.titan_compat): the installed torchtitan 0.3.0 trains
 every recipe for 2 steps from the shared run's recorded launches, and torchtitan 0.2.2 from PyPI is refused before
 any launch, with the reason in its cells. The upstream-commit rows are `make titan-compat`'s (docs)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen3_pilot.titan_compat import INSTALLED, RECIPE_STAGES, Torchtitan, markdown, matrix
+from qwen3_pilot.tools.titan_compat import INSTALLED, RECIPE_STAGES, Torchtitan, markdown, matrix
 
 WHEEL = os.environ.get("TORCHTITAN_0_2_2_WHEEL")
 

@@ -188,7 +188,7 @@ def test_a_complete_run_is_not_redone(completed_run):
 
 
 def test_parsing_the_workflow_imports_no_torch(completed_run):
-    """What keeps the parse fast (measured by `python -m qwen3_pilot.overhead --parse`, not here): no torch."""
+    """What keeps the parse fast (measured by `python -m qwen3_pilot.tools.overhead --parse`, not here): no torch."""
     result = run_snakemake(completed_run, "-n")
     assert result.returncode == 0 and planned_jobs(result) == {}
     traced = subprocess.run(

@@ -1,6 +1,6 @@
 """The recipes on other torchtitans: recipe x torchtitan -> works / fails (why).
 
-    python -m qwen3_pilot.titan_compat [--torchtitan LABEL=PATH ...] [--steps 2] [--out FILE.md]
+    python -m qwen3_pilot.tools.titan_compat [--torchtitan LABEL=PATH ...] [--steps 2] [--out FILE.md]
     (make titan-compat TORCHTITANS="LABEL=PATH ...")
 
 For the installed torchtitan and each PATH (a folder holding a `torchtitan` package, e.g. `git archive <commit>
@@ -27,7 +27,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from .paths import SCRIPTS, RunFolder
+from ..paths import SCRIPTS, RunFolder
 
 # Each recipe (its config function) and the stage whose recorded launch trains it.
 RECIPE_STAGES = {"qwen3_native": "train_native", "qwen3_hf": "train_hf", "qwen3_moe_reduced": "moe_reduced"}
@@ -85,7 +85,7 @@ def api_probe(torchtitan: Torchtitan) -> dict[str, Any]:
 
 def train(workdir: Path, torchtitan: Torchtitan, recipe: str, steps: int, scratch: Path) -> tuple[bool, str]:
     """The recipe's recorded launch again for `steps` steps on this torchtitan: (trained, why not / losses)."""
-    from .training import read_steps, relaunch
+    from ..training import read_steps, relaunch
 
     stage = RECIPE_STAGES[recipe]
     folder = scratch / torchtitan.label / recipe
@@ -128,7 +128,7 @@ def matrix(workdir: Path, torchtitans: list[Torchtitan], steps: int) -> list[dic
 
 
 def markdown(rows: list[dict[str, Any]], steps: int) -> str:
-    lines = [f"Measured {date.today().isoformat()} with `python -m qwen3_pilot.titan_compat` ({steps} steps per "
+    lines = [f"Measured {date.today().isoformat()} with `python -m qwen3_pilot.tools.titan_compat` ({steps} steps per "
              "recipe, tiny widths, 2 gloo ranks, torch " + _torch_version() + ").", "",
              "| torchtitan | version | " + " | ".join(RECIPE_STAGES) + " |",
              "|---|---|" + "---|" * len(RECIPE_STAGES)]
@@ -153,7 +153,8 @@ def parse_torchtitan(text: str) -> Torchtitan:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qwen3_pilot.titan_compat", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m qwen3_pilot.tools.titan_compat",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--torchtitan", type=parse_torchtitan, action="append", default=[],
                         help="LABEL=PATH: a folder holding a torchtitan package, or a wheel (repeatable)")
     parser.add_argument("--no-installed", action="store_true", help="leave out the installed torchtitan")

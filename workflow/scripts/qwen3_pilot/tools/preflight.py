@@ -1,7 +1,7 @@
 """The trn2 preflight: everything about a trn2 configuration that can be checked without a trn2, on any
 machine, before anyone rents one.
 
-    python -m qwen3_pilot.preflight --configfile config/trn2.yaml [--model-configs DIR] [--out DIR]
+    python -m qwen3_pilot.tools.preflight --configfile config/trn2.yaml [--model-configs DIR] [--out DIR]
     (make preflight)
 
 1. the config: config/config.yaml with the given files laid over it, validated against the schema and the
@@ -34,14 +34,14 @@ from typing import Any
 
 import yaml
 
-from .config import (
+from ..config import (
     check_renamed_keys,
     deep_update,
     resolve_config,
     stage_kernel_rules,
     stage_training,
 )
-from .paths import PROJECT, WORKFLOW, RunFolder
+from ..paths import PROJECT, WORKFLOW, RunFolder
 
 RESOURCES = WORKFLOW / "resources"
 # The published models' config.json values, and AWS's component list per SDK release
@@ -104,10 +104,10 @@ def checkpoint_stand_in(work: Path, config_json: Path) -> Path:
 
 def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path) -> dict[str, Path]:
     """The TrainerRun each neuron training stage would write, with the trn2 config's values."""
-    from .reduced_moe import model_spec, reduced_moe_changes
-    from .titan.parity import read_checkpoint_values
-    from .trainer_run import PARITY_FILE, ROUTER_LOAD_FILE
-    from .training import trainer_run
+    from ..reduced_moe import model_spec, reduced_moe_changes
+    from ..titan.parity import read_checkpoint_values
+    from ..trainer_run import PARITY_FILE, ROUTER_LOAD_FILE
+    from ..training import trainer_run
 
     peak = backend.peak_flops_per_rank
     paths = {}
@@ -131,8 +131,8 @@ def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path)
 
 def build_recipe(recipe_path: Path, config_function: str):
     """The recipe's torchtitan Trainer.Config, from the recipes' own config function."""
-    from .titan.in_ranks import recipes
-    from .trainer_run import RECIPE_ENV
+    from ..titan.in_ranks import recipes
+    from ..trainer_run import RECIPE_ENV
 
     previous = os.environ.get(RECIPE_ENV)
     os.environ[RECIPE_ENV] = str(recipe_path)
@@ -148,9 +148,9 @@ def build_recipe(recipe_path: Path, config_function: str):
 def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[str, Any]:
     """The native recipe's config as its trainer builds it: parity against config.json (each accepted difference
     with its `reasons` entry), its kernel replacements and parameter count."""
-    from .titan.models import count_parameters
-    from .titan.parity import with_reasons
-    from .titan.replacement import apply_converters, kernel_converters, replaced_paths
+    from ..titan.models import count_parameters
+    from ..titan.parity import with_reasons
+    from ..titan.replacement import apply_converters, kernel_converters, replaced_paths
 
     trainer = build_recipe(recipe_path, "qwen3_native")
     model = trainer.model_spec.model
@@ -164,7 +164,7 @@ def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[s
     if len(demo.get("rope_hf", [])) != len(model.layers):
         raise PreflightError(f"train_native: rope_hf replaced {len(demo.get('rope_hf', []))} RoPE modules in a "
                              f"{len(model.layers)}-layer model; expected one per layer")
-    from .titan.titan_api import native_base
+    from ..titan.titan_api import native_base
 
     return {
         # Which config function the recipe started from on neuron: the fork's Qwen3 recipe where it has one.
@@ -185,9 +185,9 @@ def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
     """The transformers-backend recipe: its config, and parity of the transformers config it builds the
     model from (torchtitan's own update_from_config, as the trainer calls it) against config.json, each accepted
     difference with its `reasons` entry."""
-    from .titan.models import hf_model_values
-    from .titan.parity import parity_table, read_checkpoint_values
-    from .trainer_run import TrainerRun
+    from ..titan.models import hf_model_values
+    from ..titan.parity import parity_table, read_checkpoint_values
+    from ..trainer_run import TrainerRun
 
     trainer = build_recipe(recipe_path, "qwen3_hf")
     recipe = TrainerRun.read(recipe_path)
@@ -202,9 +202,9 @@ def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
 
 
 def moe_check(recipe_path: Path, config: dict[str, Any], moe_config_json: Path) -> dict[str, Any]:
-    from .titan.models import count_parameters
-    from .titan.parity import _same
-    from .titan.replacement import replaced_paths
+    from ..titan.models import count_parameters
+    from ..titan.parity import _same
+    from ..titan.replacement import replaced_paths
 
     trainer = build_recipe(recipe_path, "qwen3_moe_reduced")
     model = trainer.model_spec.model
@@ -255,9 +255,16 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
     kernel_numerics, which uses the device in the stage's own process. Refused, naming each, where this
     environment would break the launches (a preset NEURON_RT_VISIBLE_CORES, an LNC in NEURON_CC_FLAGS that is
     not neuron.lnc)."""
-    from .backends.neuron import launch_environment_problems
-    from .ranks import rank_worker_command
-    from .training import CONFIG_FUNCTIONS, CONTROL_CHANGES, CONTROL_RECIPE, PLAIN_CHANGES, PLAIN_RECIPE, trainer_launch
+    from ..backends.neuron import launch_environment_problems
+    from ..ranks import rank_worker_command
+    from ..training import (
+        CONFIG_FUNCTIONS,
+        CONTROL_CHANGES,
+        CONTROL_RECIPE,
+        PLAIN_CHANGES,
+        PLAIN_RECIPE,
+        trainer_launch,
+    )
 
     problems = launch_environment_problems(config)
     if problems:
@@ -296,8 +303,8 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
 def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Path) -> list[dict[str, Any]]:
     """The benchmark stage's launches: per recipe and run, with the compile backend and the fresh compile
     cache folder of each measurement that compiles (the eager one too on neuron)."""
-    from .benchmark_runs import compile_cache_folder, run_changes, run_paths, variants
-    from .training import CONFIG_FUNCTIONS, trainer_launch
+    from ..benchmark_runs import compile_cache_folder, run_changes, run_paths, variants
+    from ..training import CONFIG_FUNCTIONS, trainer_launch
 
     launches = []
     runs_dir = results / "benchmark" / "runs"
@@ -336,8 +343,8 @@ def run_check(name: str, function: Callable[[], Any], checks: dict[str, Any]) ->
 
 def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: Path = PROJECT) -> dict[str, Any]:
     """Runs every check (each one's failure is recorded, the others still run) and writes the report."""
-    from .backends import make_backend
-    from .titan import titan_api
+    from ..backends import make_backend
+    from ..titan import titan_api
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -391,7 +398,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
         "seconds": round(time.perf_counter() - started, 1),
         "checks": checks,
     }
-    from .artifacts import write_json, write_text
+    from ..artifacts import write_json, write_text
 
     write_json(out / "preflight.json", report)
     write_text(out / "preflight.html", render_html(report))
@@ -401,7 +408,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
 def torchtitan_api(entries) -> dict[str, Any]:
     """The installed torchtitan's API per recipe (and per stage module) for the neuron backend: each user's
     missing names; fails naming them, after refusing a torchtitan from before the config refactor."""
-    from .titan.titan_api import TorchtitanApiError, config_api_problem, installed_torchtitan, missing_by_user
+    from ..titan.titan_api import TorchtitanApiError, config_api_problem, installed_torchtitan, missing_by_user
 
     refused = config_api_problem()
     if refused:
@@ -417,8 +424,8 @@ def torchtitan_api(entries) -> dict[str, Any]:
 def install_plan(project: Path, published: Path = PUBLISHED_COMPONENTS) -> dict[str, Any]:
     """envs/neuron.txt and the fork against the SDK release envs/neuron-sdk.toml names, and that file's versions
     against AWS's published component list where one is recorded (`published`/sdk-<release>-components.md)."""
-    from .neuron_stack import PINS_FILE, STACK_FILE, components_problems, install_steps, pin_problems, read_stack
-    from .pins import read_pins
+    from ..neuron_stack import PINS_FILE, STACK_FILE, components_problems, install_steps, pin_problems, read_stack
+    from ..pins import read_pins
 
     stack = read_stack(project / STACK_FILE)
     problems = pin_problems(stack, read_pins(project / PINS_FILE))
@@ -434,7 +441,7 @@ def install_plan(project: Path, published: Path = PUBLISHED_COMPONENTS) -> dict[
 
 
 def fsdp_plan(config: dict[str, Any], out: Path) -> dict[str, Any]:
-    from .rank_plan import run_plan_subprocess
+    from ..rank_plan import run_plan_subprocess
 
     plan = config["plan"]
     result = run_plan_subprocess(flavor=plan["flavor"], world_size=config["ranks"],
@@ -446,7 +453,7 @@ def fsdp_plan(config: dict[str, Any], out: Path) -> dict[str, Any]:
 
 
 def render_html(report: dict[str, Any]) -> str:
-    from .pilot_report import environment
+    from ..pilot_report import environment
 
     return environment().get_template("preflight.html.j2").render(report=report)
 

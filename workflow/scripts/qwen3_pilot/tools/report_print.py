@@ -1,8 +1,8 @@
 """A report page on paper and on screen, printed by headless Chromium from the page itself (the page's own print
 style: A4, the decision on page 1, every detail expanded, no table cut at the right edge):
 
-    python -m qwen3_pilot.report_print pdf [results/report.html] [results/report.pdf]      (make report-pdf)
-    python -m qwen3_pilot.report_print screenshot PAGE.html OUT.png [--width 1400 --height 900]
+    python -m qwen3_pilot.tools.report_print pdf [results/report.html] [results/report.pdf]      (make report-pdf)
+    python -m qwen3_pilot.tools.report_print screenshot PAGE.html OUT.png [--width 1400 --height 900]
 
 The PDF is a sign-off record: it is printed from a copy of report.html held to the sha256 the report stage recorded
 beside it (a report rewritten by a running invocation, or edited, is refused), written beside the HTML only once
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .artifacts import digest_path, record_digest, recorded_digest, sha256_file
+from ..artifacts import digest_path, record_digest, recorded_digest, sha256_file
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
@@ -89,7 +89,8 @@ def screenshot(page: Path, png: Path, width: int = 1400, height: int = 900) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qwen3_pilot.report_print", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m qwen3_pilot.tools.report_print",
+                                     description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     pdf = commands.add_parser("pdf", help="print a report page to an A4 PDF")
     pdf.add_argument("page", nargs="?", type=Path, default=Path("results/report.html"))

@@ -2,7 +2,7 @@
 benchmark stage (`--stage benchmark`), the share of its time spent outside the trainer runs it launches; with
 `--parse`, how long Snakemake takes to parse the workflow and plan (`snakemake -n`).
 
-    .venv/bin/python -m qwen3_pilot.overhead [--stage train_native | --parse] [--repeats 1] [-- SNAKEMAKE ARGS]
+    .venv/bin/python -m qwen3_pilot.tools.overhead [--stage train_native | --parse] [--repeats 1] [-- SNAKEMAKE ARGS]
 
 Reruns the stage under Snakemake (`--force` on its summary), takes the job's wall time from Snakemake's benchmark
 file, then runs the two torchrun commands the stage recorded (`run/launch.json`, `control/launch.json`)
@@ -23,10 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from .launch import how_it_ended
-from .paths import RunFolder
-from .trainer_run import LAUNCH_RECORD
-from .training import relaunch
+from ..launch import how_it_ended
+from ..paths import RunFolder
+from ..trainer_run import LAUNCH_RECORD
+from ..training import relaunch
 
 LIMIT_PCT = 5.0
 # `snakemake -n` on a finished run: the parse and the plan, no job (the brief's "well under 3 s").
