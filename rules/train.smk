@@ -34,7 +34,9 @@ rule train:
         kernels=get_recipe_kernel_rules,
         dataset=config["data"]["dataset"],
     message:
-        get_launch_message("{wildcards.stage}", "qwen3_pilot.titan.in_ranks.train_entry")
+        get_launch_message(
+            "{wildcards.stage}", "qwen3_pilot.titan.in_ranks.train_entry"
+        )
     script:
         "../workflow/scripts/train.py"
 
