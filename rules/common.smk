@@ -10,12 +10,13 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
 from qwen3_pilot.archive import pilot_config
 from qwen3_pilot.artifacts import now_iso
 from qwen3_pilot.backends import BACKEND_CONFIG_KEYS
-from qwen3_pilot.config import (
+from qwen3_pilot.parse_time.config import (
     check_renamed_keys,
     JUDGED_STAGES,
     resolve_config,
     config_digest,
     stage_judging,
+    stage_measuring,
     stage_kernel_rules,
     stage_training,
 )
@@ -194,7 +195,7 @@ def get_training(wildcards):
 
 
 def get_judging(wildcards):
-    """The thresholds, tolerance and reasons one training stage is judged by (judge_training's params)."""
+    """The thresholds, tolerances and reasons one stage is judged by (rule judge's params)."""
     return stage_judging(config, wildcards.stage)
 
 
@@ -233,15 +234,15 @@ def get_kernel_rules(stage):
 
 def record_invocation_plan():
     """When the run starts (onstart): Snakemake's planned jobs and its reason for each, for the report's
-    "ran in this invocation, and why" (qwen3_pilot.changes)."""
-    from qwen3_pilot.changes import record_plan, snakemake_plan
+    "ran in this invocation, and why" (qwen3_pilot.parse_time.plan)."""
+    from qwen3_pilot.parse_time.plan import record_plan, snakemake_plan
 
     record_plan(snakemake_plan(workflow.dag), started=RUN_STARTED)
 
 
 def forget_invocation_plan():
     """When the run ends, either way: a later report never takes this plan for its own invocation's."""
-    from qwen3_pilot.changes import PLAN
+    from qwen3_pilot.parse_time.plan import PLAN
 
     PLAN.unlink(missing_ok=True)
 

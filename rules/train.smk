@@ -1,7 +1,7 @@
 # Training and what is checked on it: train_hf and train_native (torchtitan's trainer on both 4B recipes,
 # from the fetched weights, each with a random-init control on the same batch), compare_recipes,
-# export_reload, kernel_numerics and moe_reduced. A training stage measures (measured.json) and rule
-# judge_training judges (summary.json): a threshold edit re-judges without training again.
+# export_reload, kernel_numerics and moe_reduced. Each of these but compare_recipes measures (measured.json)
+# and rule judge judges (summary.json): a threshold or tolerance edit re-judges without measuring again.
 
 
 # One rule for both 4B recipes: {stage} is train_hf or train_native. The pins each recipe depends on
@@ -41,20 +41,21 @@ rule train:
         "../workflow/scripts/train.py"
 
 
-# A training stage's measured figures held to the thresholds it is judged by (config.stage_judging: the
-# loaded-weights gate, accepted differences' reasons, kernels.loss_tolerance), into its summary.json. A
-# second's work on the records: it runs where Snakemake runs, never as a cluster job.
+# A stage's measured figures held to the thresholds it is judged by (config.stage_judging: the
+# loaded-weights gate, accepted differences' reasons, kernels.loss_tolerance, export_reload's and
+# kernel_numerics' tolerances), into its summary.json. A second's work on the records: it runs where
+# Snakemake runs, never as a cluster job.
 localrules:
-    judge_training,
+    judge,
 
 
-rule judge_training:
+rule judge:
     input:
         measured="results/{stage}/measured.json",
     output:
         summary="results/{stage}/summary.json",
     log:
-        "logs/{stage}/judge_training.log",
+        "logs/{stage}/judge.log",
     wildcard_constraints:
         stage="|".join(JUDGED_STAGES),
     conda:
@@ -62,7 +63,7 @@ rule judge_training:
     params:
         judging=get_judging,
     script:
-        "../workflow/scripts/judge_training.py"
+        "../workflow/scripts/judge.py"
 
 
 # Same weights, same first batch: the two recipes must agree on the step-1 loss. Two records compared: it runs
@@ -107,7 +108,7 @@ rule export_reload:
     output:
         hf=directory("results/export_reload/hf"),
         native=directory("results/export_reload/native"),
-        summary="results/export_reload/summary.json",
+        measured="results/export_reload/measured.json",
     log:
         "logs/export_reload/export_reload.log",
     benchmark:
@@ -117,7 +118,7 @@ rule export_reload:
     resources:
         **get_instance_resources(nodes=1),
     params:
-        settings=config["export_reload"],
+        settings=stage_measuring(config, "export_reload"),
         seed=config["training"]["seed"],
         backend=BACKEND,
     script:
@@ -160,8 +161,7 @@ rule kernel_numerics:
     input:
         stamps=pin_stamps("torch", "torchtitan", *BACKEND_PACKAGES),
     output:
-        results="results/kernel_numerics/numerics.json",
-        summary="results/kernel_numerics/summary.json",
+        measured="results/kernel_numerics/measured.json",
     log:
         "logs/kernel_numerics/kernel_numerics.log",
     benchmark:
@@ -172,6 +172,6 @@ rule kernel_numerics:
         **get_instance_resources(nodes=1),
     params:
         backend=get_backend_config(),
-        settings=config["kernel_numerics"],
+        settings=stage_measuring(config, "kernel_numerics"),
     script:
         "../workflow/scripts/kernel_numerics.py"

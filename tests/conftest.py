@@ -101,7 +101,7 @@ def default_config(*overlays: dict) -> dict:
     derived keys filled in (not checked: tests build broken configs from it)."""
     from snakemake.utils import validate
 
-    from qwen3_pilot.config import deep_update, fill_derived
+    from qwen3_pilot.parse_time.config import deep_update, fill_derived
 
     config = yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())
     for overlay in overlays:

@@ -15,11 +15,10 @@ from qwen3_pilot.changes import (
     figure_changes,
     find_baseline,
     flatten,
-    read_plan,
-    record_plan,
     stage_runs,
 )
-from qwen3_pilot.config import config_problems
+from qwen3_pilot.parse_time.config import config_problems
+from qwen3_pilot.parse_time.plan import read_plan, record_plan
 
 
 def stage(name, status="pass", figures=None, artifacts=()):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -10,7 +11,7 @@ from conftest import PROJECT, default_config, output, planned_jobs, run_snakemak
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from qwen3_pilot.config import (
+from qwen3_pilot.parse_time.config import (
     ConfigError,
     check_config,
     config_problems,
@@ -54,7 +55,7 @@ def test_a_schema_error_stops_the_run_at_parse_time_before_any_job(workspace):
 def test_an_old_key_name_is_refused_with_its_new_name():
     """Per-stage keys are named by their stage (config.RENAMED_KEYS); a config written before says which name
     replaced each key it uses, where the schema alone would say only that the key was unexpected."""
-    from qwen3_pilot.config import ConfigError, check_renamed_keys
+    from qwen3_pilot.parse_time.config import ConfigError, check_renamed_keys
 
     old = {"training": {"accepted_differences": {"hf": {"max_position_embeddings": "why"}},
                         "gate": {"control_above_ln_vocab": {"native": 1.0}}},
@@ -142,7 +143,7 @@ def test_only_a_commit_hash_counts_as_pinned():
 def test_each_training_rule_gets_only_the_training_settings_its_runs_read():
     """Measuring params (stage_training) hold no threshold and no reason, only what the trainer reads; the judge's
     (stage_judging) hold only that stage's thresholds."""
-    from qwen3_pilot.config import TRAINER_KEYS, stage_judging, stage_training
+    from qwen3_pilot.parse_time.config import TRAINER_KEYS, stage_judging, stage_training
 
     config = default_config({"training": {"accepted_differences": {"train_native": {"rope_theta": "why"}}}})
     hf = stage_training(config, "train_hf")
@@ -158,3 +159,31 @@ def test_each_training_rule_gets_only_the_training_settings_its_runs_read():
     assert "loss_tolerance" not in judged  # no kernels.train_native: no replaced run to hold to it
     assert stage_judging(config, "train_hf")["gate"]["control_above_ln_vocab"] == 4.5
     assert stage_judging(config, "moe_reduced") == {"loss_tolerance": config["kernels"]["loss_tolerance"]}
+
+
+def test_export_reload_and_kernel_numerics_measure_without_the_keys_their_judge_reads():
+    """A tolerance edit re-judges without measuring again: the measuring rule's params (stage_measuring) leave out
+    exactly the keys the judge's (stage_judging) hold."""
+    from qwen3_pilot.parse_time.config import stage_judging, stage_measuring
+
+    config = default_config()
+    export = stage_measuring(config, "export_reload")
+    assert "logits_tolerance" not in export and "min_argmax_agreement" not in export and export["seq_len"] == 64
+    assert stage_judging(config, "export_reload") == {"logits_tolerance": 1e-4, "min_argmax_agreement": 0.99}
+    numerics = stage_measuring(config, "kernel_numerics")
+    assert "tolerance" not in json.dumps(numerics) and numerics["train"]["steps"] == 4
+    assert stage_judging(config, "kernel_numerics")["rope"] == {"tolerances": {"float32": 1e-6, "bfloat16": 3.2e-2}}
+    assert "tolerances" in config["kernel_numerics"]["rope"]  # the config itself is left whole
+
+
+def test_params_taken_from_a_section_do_not_move_when_an_overlay_reorders_it():
+    """Snakemake compares params as written, key order included, and a --configfile overlay moves the keys it sets
+    to the front of their section: kernel_numerics would measure again after a tolerance edit."""
+    from qwen3_pilot.parse_time.config import stage_measuring
+
+    config = default_config()
+    numerics = config["kernel_numerics"]
+    reordered = {**config, "kernel_numerics": {"train": numerics["train"], **numerics}}
+    assert list(reordered["kernel_numerics"]) != list(config["kernel_numerics"])
+    assert (json.dumps(stage_measuring(reordered, "kernel_numerics"))
+            == json.dumps(stage_measuring(config, "kernel_numerics")))

@@ -66,11 +66,11 @@ def test_kernel_numerics_on_neuron_fails_at_once_naming_the_missing_packages(tmp
     with pytest.raises(ImportError) as raised:
         kernel_numerics(
             backend_config=backend_config("neuron", 64, neuron=neuron, nodes=2), settings={},
-            cache_root=str(tmp_path), results_path=tmp_path / "numerics.json", summary_path=tmp_path / "summary.json",
+            cache_root=str(tmp_path), measured_path=tmp_path / "measured.json",
         )
     assert "torch_neuronx (torch-neuronx" in str(raised.value)
     assert "nkilib.core.embeddings.rope_hf (the NKI Library" in str(raised.value)
-    assert not (tmp_path / "numerics.json").exists() and not (tmp_path / "summary.json").exists()
+    assert not (tmp_path / "measured.json").exists()
     import os
 
     assert {key: os.environ[key] for key in device_vars} == {
@@ -87,7 +87,7 @@ def test_kernel_numerics_on_neuron_fails_at_once_naming_the_missing_packages(tmp
 def test_the_trn2_numerics_settings_ask_float32_to_be_exact_and_derive_the_bfloat16_bound():
     from conftest import PROJECT, default_config
 
-    from qwen3_pilot.numerics import bf16_stepwise_rope_bound
+    from qwen3_pilot.stages.kernel_numerics.rope_checks import bf16_stepwise_rope_bound
 
     trn2 = default_config(yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text()))["kernel_numerics"]
     assert trn2["rope"]["tolerances"] == {"float32": 0.0, "bfloat16": "bf16_stepwise"}

@@ -1,6 +1,7 @@
-"""The kernel numerics checks pass for the real implementations and fail for wrong ones: a RoPE with the
-rotation's sign flipped or its halves swapped, grouped experts with permuted expert weights, a sequence
-length off the NKI kernel's 128 x LNC grid, and a model trained through a wrong RoPE."""
+"""The kernel numerics checks (stages/kernel_numerics/) pass for the real implementations and fail for wrong
+ones: a RoPE with the rotation's sign flipped or its halves swapped, grouped experts with permuted expert
+weights, a sequence length off the NKI kernel's 128 x LNC grid, and a model trained through a wrong RoPE. The
+stage measures; the judge (judging.py) holds each figure to its tolerance."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import pytest
 import torch
 from conftest import default_config
 
-from qwen3_pilot import numerics
-from qwen3_pilot.config import deep_update
+from qwen3_pilot.parse_time.config import deep_update, stage_judging, stage_measuring
+from qwen3_pilot.stages import kernel_numerics
+from qwen3_pilot.stages.kernel_numerics import compile_checks, judging, tiny_models
+from qwen3_pilot.stages.kernel_numerics.comparison import comparison_row
+from qwen3_pilot.stages.kernel_numerics.experts_checks import MOE_OPS, moe_numerics
+from qwen3_pilot.stages.kernel_numerics.rope_checks import rope_numerics, seq_len_rule_check, seq_len_rule_problems
 from qwen3_pilot.titan.kernels import parse_replacement_lines
 from qwen3_pilot.titan.kernels import rope as rope_kernel
 from qwen3_pilot.titan.kernels.moe import grouped_experts_swiglu
@@ -55,6 +60,12 @@ def permuted_experts(x, counts, w1, w2, w3, compute_dtype=torch.bfloat16):
     return grouped_experts_swiglu(x, counts, roll(w1), roll(w2), roll(w3), compute_dtype=compute_dtype)
 
 
+def judged(section, rows, tolerances):
+    """The measured rows as the judge holds them to `tolerances` (per dtype): the rows and the problems."""
+    rows = [{"section": section, **row} for row in rows]
+    return rows, judging.judged_rows(rows, {section: tolerances})
+
+
 def failed(rows):
     return [row for row in rows if row["verdict"] != "pass"]
 
@@ -68,17 +79,31 @@ WITHIN, BEYOND = TOLERANCE - 2.0**-18, TOLERANCE + 2.0**-18
 
 @pytest.mark.parametrize("difference, verdict", [(WITHIN, "pass"), (TOLERANCE, "pass"), (BEYOND, "fail")])
 def test_a_comparison_row_holds_the_largest_difference_to_its_tolerance(difference, verdict):
-    row = numerics.comparison_row("rope_forward_q", "float32", [2], torch.tensor([0.5, 1.0 + difference]),
-                                  torch.tensor([0.5, 1.0]), TOLERANCE)
-    assert (row["max_abs_diff"], row["verdict"]) == (difference, verdict)
-    assert len(numerics.row_problems("rope", [row])) == (verdict == "fail")
+    row = comparison_row("rope_forward_q", "float32", [2], torch.tensor([0.5, 1.0 + difference]),
+                         torch.tensor([0.5, 1.0]))
+    assert row["max_abs_diff"] == difference and "verdict" not in row  # measured: no tolerance yet
+    (row,), problems = judged("rope", [row], {"float32": TOLERANCE})
+    assert (row["tolerance"], row["verdict"]) == (TOLERANCE, verdict)
+    assert len(problems) == (verdict == "fail")
+
+
+def test_a_nan_difference_fails_whatever_the_tolerance():
+    (row,), problems = judged("moe", [{"op": "moe_forward", "dtype": "bfloat16", "shape": [2],
+                                       "max_abs_diff": float("nan")}], {"bfloat16": 1e9})
+    assert row["verdict"] == "fail" and "max abs diff nan" in problems[0]
 
 
 @pytest.mark.parametrize("difference, verdict", [(1e-4 * (1 - 1e-3), "pass"), (1e-4 * (1 + 1e-3), "fail")])
 def test_a_tiny_models_losses_are_held_to_tiny_model_loss_tolerance(difference, verdict):
-    run = numerics._loss_comparison([5.0, 4.9], [5.0, 4.9 + difference], tolerance=1e-4)
+    run = tiny_models.loss_comparison([5.0, 4.9], [5.0, 4.9 + difference])
+    problems = judging.judged_trains({"dense": run}, tolerance=1e-4)
     assert run["verdict"] == verdict
-    assert len(numerics.train_problems({"dense": run})) == (verdict == "fail")
+    assert len(problems) == (verdict == "fail")
+
+
+def test_a_tiny_model_with_a_non_finite_loss_fails_whatever_the_tolerance():
+    run = tiny_models.loss_comparison([5.0, float("inf")], [5.0, float("inf")])
+    assert judging.judged_trains({"moe": run}, tolerance=1e9) and run["verdict"] == "fail"
 
 
 @pytest.mark.parametrize("logits_difference, grad_difference, verdict", [
@@ -90,32 +115,31 @@ def test_compiled_against_eager_holds_logits_and_gradients_to_the_compile_tolera
     """The two runs' logits and gradients handed in (eager first): only the comparison is under test."""
     runs = iter([(torch.zeros(2), {"w": torch.zeros(2)}),
                  (torch.tensor([0.0, logits_difference]), {"w": torch.tensor([grad_difference, 0.0])})])
-    monkeypatch.setattr(numerics, "_logits_and_grads", lambda model, inputs: next(runs))
-    result = numerics.compiled_matches_eager(torch.nn.Linear(2, 2), None, "eager", TOLERANCE)
+    monkeypatch.setattr(compile_checks, "_logits_and_grads", lambda model, inputs: next(runs))
+    result = compile_checks.compiled_against_eager(torch.nn.Linear(2, 2), None, "eager")
     assert (result["logits_max_abs_diff"], result["grad_max_abs_diff"]) == (logits_difference, grad_difference)
+    problems = judging.judged_compile({"models": {"dense": result}}, {"dense": TOLERANCE})
     assert result["verdict"] == verdict
-    assert len(numerics.compile_problems({"models": {"dense": result}})) == (verdict == "fail")
+    assert len(problems) == (verdict == "fail")
 
 
 # ---- RoPE ----
 
 
 def test_rope_op_matches_torchtitan_rope():
-    rows = numerics.rope_numerics(ROPE_SHAPES, DTYPES, ROPE_TOLERANCES)
+    rows, problems = judged("rope", rope_numerics(ROPE_SHAPES, DTYPES), ROPE_TOLERANCES)
     assert len(rows) == len(ROPE_SHAPES) * len(DTYPES) * 4
-    assert failed(rows) == []
+    assert failed(rows) == [] and problems == []
     assert {row["op"] for row in rows} == {"rope_forward_q", "rope_forward_k", "rope_grad_q", "rope_grad_k"}
     assert [2, 256, 2, 64] in [row["shape"] for row in rows]  # the GQA key
-    assert numerics.row_problems("rope", rows) == []
 
 
 @pytest.mark.parametrize("wrong_rope", [sign_flipped_rope, swapped_halves_rope])
 def test_wrong_rope_is_reported(wrong_rope):
-    rows = numerics.rope_numerics(ROPE_SHAPES[:1], DTYPES, ROPE_TOLERANCES, rope_apply=wrong_rope)
+    rows, problems = judged("rope", rope_numerics(ROPE_SHAPES[:1], DTYPES, rope_apply=wrong_rope), ROPE_TOLERANCES)
     assert {(row["op"], row["dtype"]) for row in failed(rows)} == {
         (op, dtype) for op in ("rope_forward_q", "rope_forward_k", "rope_grad_q", "rope_grad_k") for dtype in DTYPES
     }
-    problems = numerics.row_problems("rope", rows)
     assert len(problems) == len(rows) and "rope_forward_q float32" in problems[0]
 
 
@@ -132,12 +156,12 @@ def bf16_stepwise_rope(q, k, cos, sin, lnc=None):
 
 def test_the_bf16_stepwise_bound_admits_a_kernel_that_rounds_every_step_and_not_a_wrong_rope():
     stepwise = {"bfloat16": "bf16_stepwise"}
-    rows = numerics.rope_numerics(ROPE_SHAPES, ["bfloat16"], stepwise, rope_apply=bf16_stepwise_rope)
+    rows, _ = judged("rope", rope_numerics(ROPE_SHAPES, ["bfloat16"], rope_apply=bf16_stepwise_rope), stepwise)
     assert len(rows) == len(ROPE_SHAPES) * 4 and failed(rows) == []
     # Rounding at every step differs from rounding once: the bound, not an exact match, is what passes.
     assert max(row["max_abs_diff"] for row in rows) > 0
     assert all(0 < row["tolerance"] < 0.5 for row in rows)  # derived from the inputs, not the string
-    wrong = numerics.rope_numerics(ROPE_SHAPES[:1], ["bfloat16"], stepwise, rope_apply=sign_flipped_rope)
+    wrong, _ = judged("rope", rope_numerics(ROPE_SHAPES[:1], ["bfloat16"], rope_apply=sign_flipped_rope), stepwise)
     assert len(failed(wrong)) == len(wrong) == 4
 
 
@@ -164,8 +188,8 @@ def test_rope_backward_mode_is_the_transpose_of_forward():
 
 
 def test_seq_len_rule_check_shows_the_error_firing():
-    check = numerics.seq_len_rule_check(lnc=2)
-    assert check["verdict"] == "pass" and numerics.seq_len_rule_problems(check) == []
+    check = seq_len_rule_check(lnc=2)
+    assert check["verdict"] == "pass" and seq_len_rule_problems(check) == []
     assert check["good"] == {"seq_len": 256, "raised": False, "error": None}
     assert check["bad"]["seq_len"] == 384 and check["bad"]["raised"]
     assert "seq_len=384" in check["bad"]["error"] and "128 x LNC = 128 x 2 = 256" in check["bad"]["error"]
@@ -183,16 +207,16 @@ def test_seq_len_rule_raises_with_a_clear_message_in_the_model_path():
 
 
 def test_seq_len_rule_problem_when_the_check_does_not_fire():
-    check = numerics.seq_len_rule_check(lnc=1, bad_seq_len=256)  # 256 is a multiple of 128: no error
+    check = seq_len_rule_check(lnc=1, bad_seq_len=256)  # 256 is a multiple of 128: no error
     assert check["verdict"] == "fail"
-    assert "did not raise" in numerics.seq_len_rule_problems(check)[0]
+    assert "did not raise" in seq_len_rule_problems(check)[0]
 
 
 # ---- MoE experts ----
 
 
 def test_grouped_experts_match_the_per_expert_loop():
-    rows = numerics.moe_numerics(MOE_SHAPES, DTYPES, MOE_TOLERANCES)
+    rows, _ = judged("moe", moe_numerics(MOE_SHAPES, DTYPES), MOE_TOLERANCES)
     assert failed(rows) == []
     impls = {(row["impl"], row["dtype"]) for row in rows}
     assert impls == {("grouped_experts_swiglu", "float32"), ("grouped_experts_swiglu", "bfloat16"),
@@ -201,13 +225,11 @@ def test_grouped_experts_match_the_per_expert_loop():
 
 
 def test_permuted_expert_weights_are_reported():
-    rows = numerics.moe_numerics(
-        MOE_SHAPES, DTYPES, MOE_TOLERANCES, grouped_impl=permuted_experts, include_torchtitan=False
-    )
-    assert {(row["op"], row["dtype"]) for row in failed(rows)} == {
-        (op, dtype) for op in numerics.MOE_OPS for dtype in DTYPES
-    }
-    assert "permuted_experts vs looped_experts_swiglu" in numerics.row_problems("moe", rows)[0]
+    rows, problems = judged(
+        "moe", moe_numerics(MOE_SHAPES, DTYPES, grouped_impl=permuted_experts, include_torchtitan=False),
+        MOE_TOLERANCES)
+    assert {(row["op"], row["dtype"]) for row in failed(rows)} == {(op, dtype) for op in MOE_OPS for dtype in DTYPES}
+    assert "permuted_experts vs looped_experts_swiglu" in problems[0]
 
 
 # ---- tiny models and the whole stage ----
@@ -218,38 +240,61 @@ SMALL_TRAIN = {"steps": 2, "batch": 1}
 def test_training_through_a_wrong_rope_is_reported():
     train = deep_update(NUMERICS, {"train": SMALL_TRAIN})["train"]
     train["moe"]["layers"] = 1
-    trained = numerics.replaced_model_trains(train, lnc=2, log=lambda line: None, rope_apply=sign_flipped_rope)
+    trained = tiny_models.replaced_model_trains(train, lnc=2, log=lambda line: None, rope_apply=sign_flipped_rope)
+    problems = judging.judged_trains(trained["trains"], NUMERICS["train"]["tiny_model_loss_tolerance"])
     assert trained["trains"]["dense"]["verdict"] == "fail"
-    assert numerics.train_problems(trained["trains"])[0].startswith("trains: dense: losses with replacements differ")
+    assert problems[0].startswith("trains: dense: losses with replacements differ")
 
 
-def test_kernel_numerics_on_a_small_config(tmp_path, capfd):
-    config = deep_update(NUMERICS, {
+def test_kernel_numerics_measures_without_its_tolerances_and_the_judge_passes_it_on_a_small_config(tmp_path, capfd):
+    """The stage's params hold no tolerance (config.stage_measuring), so a tolerance edit does not measure again;
+    the judge's params (config.stage_judging) hold exactly those."""
+    settings = deep_update(NUMERICS, {
         "rope": {"shapes": ROPE_SHAPES[1:]},
         "moe": {"shapes": MOE_SHAPES},
         "train": SMALL_TRAIN,
-        "compile": {"backend": "aot_eager", "cache_dir": str(tmp_path / "inductor")},
-    }) | {"lnc": 2, "device": "cpu"}
+        "compile": {"backend": "aot_eager"},
+    })
+    measuring = stage_measuring({"kernel_numerics": settings}, "kernel_numerics")
+    assert "tolerance" not in json.dumps(measuring)
+    config = deep_update(measuring, {"compile": {"cache_dir": str(tmp_path / "inductor")}})
+    config |= {"lnc": 2, "device": "cpu"}
     lines: list[str] = []
-    result = numerics.kernel_numerics(config, log=lines.append)
+    figures = kernel_numerics.measure(config, log=lines.append)
 
-    assert result["problems"] == []
-    assert set(result) == {"device", "implementations", "rope", "moe", "seq_len_rule", "replacement_counts", "trains",
-                           "compile", "problems"}
-    assert result["device"] == "cpu" and result["implementations"]["rope_hf"].startswith("PyTorch")
+    assert set(figures) == {"numerics", "largest_diff_per_dtype", "seq_len_rule", "replacement_counts",
+                            "replaced_model_trains", "compile", "device"}
+    assert figures["device"] == "cpu" and "tolerance" not in json.dumps(figures)
     layers = NUMERICS["train"]["dense"]["layers"]
-    assert result["replacement_counts"] == {
+    assert figures["replacement_counts"] == {
         "dense": {"rope_hf": layers}, "moe": {"rope_hf": layers, "moe_grouped_experts": layers},
     }
-    for run in result["trains"].values():
-        assert len(run["losses_reference"]) == SMALL_TRAIN["steps"] and run["verdict"] == "pass"
-    assert result["compile"]["backend"] == "aot_eager"
-    assert result["compile"]["models"]["dense"]["verdict"] == "pass"
+    assert kernel_numerics.intrinsic_problems(figures, config["train"]) == []
+    for run in figures["replaced_model_trains"].values():
+        assert len(run["losses_reference"]) == SMALL_TRAIN["steps"]
+    assert figures["compile"]["backend"] == "aot_eager"
+    json.dumps(figures)
+
+    tolerances = stage_judging({"kernel_numerics": settings}, "kernel_numerics")
+    assert tolerances == {"rope": {"tolerances": ROPE_TOLERANCES}, "moe": {"tolerances": MOE_TOLERANCES},
+                          "train": {"tiny_model_loss_tolerance": 1e-5},
+                          "compile": {"tolerances": NUMERICS["compile"]["tolerances"]}}
+    assert judging.judged_problems(figures, tolerances) == []
+    assert {row["verdict"] for row in figures["numerics"]} == {"pass"}
+    assert figures["compile"]["models"]["dense"]["verdict"] == "pass"
     # One launch-log line per replaced module as the replaced models are built, in the training stages' format.
     logged = [(line["kernel"], line["path"]) for line in parse_replacement_lines(capfd.readouterr().out)]
     assert logged.count(("rope_hf", "layers.0.attention.rope")) == 2  # the dense and the MoE model
     assert ("moe_grouped_experts", "layers.0.moe.routed_experts.inner_experts") in logged
-    json.dumps(result)
+
+
+def test_a_replacement_count_off_one_per_layer_fails_the_measurement_itself():
+    """No tolerance decides it: the stage fails before the judge runs."""
+    train = {"dense": {"layers": 2}, "moe": {"layers": 2}}
+    figures = {"seq_len_rule": seq_len_rule_check(lnc=2),
+               "replacement_counts": {"dense": {"rope_hf": 2}, "moe": {"rope_hf": 2, "moe_grouped_experts": 1}}}
+    assert kernel_numerics.intrinsic_problems(figures, train) == [
+        "replacement_counts: moe: rule moe_grouped_experts replaced 1 modules, model has 2 layers"]
 
 
 def test_an_unknown_setting_is_refused_by_the_schema_with_its_key():

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import default_config
 
-from qwen3_pilot import numerics
+from qwen3_pilot.stages.kernel_numerics import tiny_models
 from qwen3_pilot.titan.kernels import parse_replacement_lines, replacement_log_problems
 from qwen3_pilot.titan.kernels.moe import KernelGroupedExperts
 from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE
@@ -28,12 +28,12 @@ MOE = default_config()["kernel_numerics"]["train"]["moe"]
 
 @pytest.fixture
 def dense_config():
-    return numerics.tiny_titan_config(DENSE, SEQ_LEN, moe=False)
+    return tiny_models.tiny_titan_config(DENSE, SEQ_LEN, moe=False)
 
 
 @pytest.fixture
 def moe_config():
-    return numerics.tiny_titan_config(MOE, SEQ_LEN, moe=True)
+    return tiny_models.tiny_titan_config(MOE, SEQ_LEN, moe=True)
 
 
 def convert(config, *rules, lnc=2):
@@ -41,7 +41,7 @@ def convert(config, *rules, lnc=2):
 
 
 def test_rope_rule_replaces_the_config_of_every_layer_and_the_model_computes_the_same(dense_config, capfd):
-    reference = numerics.build_tiny_model(DENSE, SEQ_LEN, moe=False, seed=0)
+    reference = tiny_models.build_tiny_model(DENSE, SEQ_LEN, moe=False, seed=0)
     converted = convert(copy.deepcopy(dense_config), {"kernel": "rope_hf"})
     assert replaced_paths(converted) == {"rope_hf": [f"layers.{i}.attention.rope" for i in range(DENSE["layers"])]}
     assert all(isinstance(layer.attention.rope, HFLayoutRoPE.Config) for layer in converted.layers)
@@ -60,7 +60,7 @@ def test_rope_rule_replaces_the_config_of_every_layer_and_the_model_computes_the
 
 
 def test_moe_rules_keep_the_state_dict(moe_config):
-    reference = numerics.build_tiny_model(MOE, SEQ_LEN, moe=True, seed=0)
+    reference = tiny_models.build_tiny_model(MOE, SEQ_LEN, moe=True, seed=0)
     model = convert(moe_config, {"kernel": "rope_hf"}, {"kernel": "moe_grouped_experts"}).build()
     assert set(model.state_dict()) == set(reference.state_dict())
     assert isinstance(model.get_submodule("layers.0.moe.routed_experts.inner_experts"), KernelGroupedExperts)
@@ -97,7 +97,7 @@ def test_a_layers_pattern_that_selects_nothing_is_refused(dense_config):
 def test_a_rule_applied_twice_is_refused_and_a_refused_rule_changes_nothing(dense_config):
     with pytest.raises(ReplacementError, match=r"already replaced: layers\.0\.attention\.rope \(by rope_hf\)"):
         convert(dense_config, {"kernel": "rope_hf"}, {"kernel": "rope_hf"})
-    fresh = numerics.tiny_titan_config(DENSE, SEQ_LEN, moe=False)
+    fresh = tiny_models.tiny_titan_config(DENSE, SEQ_LEN, moe=False)
     with pytest.raises(ReplacementError):
         convert(fresh, {"kernel": "rope_hf", "module": "attention.*"})
     assert replaced_paths(fresh) == {}

@@ -183,7 +183,7 @@ def test_a_later_summary_of_the_stage_removes_its_failure_record(tmp_path, monke
 
 def test_the_dependency_map_is_snakemakes_job_graph():
     """report.UPSTREAM against `snakemake --dag`, each job taken as its stage (stage_of_job: pin_package's stamps
-    count as pin_env, train and judge_training as the stage their {stage} names)."""
+    count as pin_env, train and judge as the stage their {stage} names)."""
     import re
     import subprocess
     import sys
@@ -202,7 +202,7 @@ def test_the_dependency_map_is_snakemakes_job_graph():
     stage = {node: stage_of_job(rule, wildcards) for node, (rule, wildcards) in jobs.items()}
     # Snakemake leaves some wildcard values out of a job's label: a judge's stage is then its one input's.
     for source, target in edges:
-        if stage[target] == "judge_training":
+        if stage[target] == "judge":
             stage[target] = stage[source]
     graph: dict[str, set[str]] = {}
     for source, target in edges:

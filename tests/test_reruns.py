@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import PROJECT, copy_run, output, planned_job_blocks, run_snakemake
 
-from qwen3_pilot.config import deep_update
 from qwen3_pilot.figure_view import number
+from qwen3_pilot.parse_time.config import deep_update
 
 pytestmark = pytest.mark.e2e
 

@@ -333,7 +333,7 @@ def test_after_a_transformers_pin_change_the_report_lists_reruns_with_reasons_an
     # Both jobs of the stage, each with its reason: its training (the new stamp), its judge (the new record).
     trained = next(r for r in runs["stages"]["train_hf"]["reasons"] if r.startswith("train[train_hf]: "))
     assert "results/pin_env/packages/transformers.json" in trained, runs["stages"]["train_hf"]["reasons"]
-    assert any(r.startswith("judge_training[train_hf]: ") for r in runs["stages"]["train_hf"]["reasons"])
+    assert any(r.startswith("judge[train_hf]: ") for r in runs["stages"]["train_hf"]["reasons"])
     assert changes["baseline"]["sha256"] == signed["report_sha256"]
     against = changes["against_baseline"]
     assert {"what": "transformers (pinned)", "before": "==5.16.0", "now": "==5.16"} in against["environment"]

@@ -1,6 +1,6 @@
 """What changed since a baseline: which stages this invocation ran and why (Snakemake's own plan and rerun
-reasons), which figures moved against a baseline report.json and by how much, and how the environment and
-config differ. Torch-free: the plan is recorded in the Snakemake process (onstart), the rest in the report.
+reasons, recorded by parse_time/plan.py), which figures moved against a baseline report.json and by how much,
+and how the environment and config differ. Torch-free; the report stage calls it.
 
 The baseline is config `report.baseline` (a report.json) or else the report of the last approving sign-off,
 read from the copy `make signoff` keeps beside the sign-offs and used only when its sha256 is the one the
@@ -12,17 +12,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .artifacts import current_sha256, write_json
-from .paths import HERE
+from .artifacts import current_sha256
 from .stages import stage_of_job
-
-# Snakemake's plan for the invocation under way: written when it starts (onstart), read by the report,
-# removed when it ends, so that a report never takes an earlier invocation's plan for its own.
-PLAN = HERE.plan
 
 # Figures measured from the clock, throughput or memory, and those derived from them, move on every rerun of
 # the same software: they are timing figures, listed apart so that a moved loss or count is not lost among
@@ -69,29 +63,6 @@ NOT_COMPARED: dict[str, tuple[str, ...]] = {"benchmark": ("step_times",)}
 RECORD_KEYS = (
     "recipe", "run", "step", "layer", "package", "field", "section", "op", "dtype", "shape", "kernel", "module",
 )
-
-
-def record_plan(jobs: Iterable[tuple[str, dict[str, str], str]], started: str, path: Path = PLAN) -> dict[str, Any]:
-    """Writes this invocation's planned jobs (rule, wildcards, Snakemake's reason) for the report."""
-    plan = {"started": started, "jobs": [{"rule": rule, "wildcards": dict(wildcards), "reason": reason}
-                                         for rule, wildcards, reason in jobs]}
-    write_json(path, plan)
-    return plan
-
-
-def snakemake_plan(dag) -> list[tuple[str, dict[str, str], str]]:
-    """The jobs Snakemake is about to run, with its reason for each: the one place that reads Snakemake's
-    DAG (Workflow.dag, DAG.needrun_jobs and DAG.reason, the objects its own dry run prints from)."""
-    return [(job.rule.name, dict(job.wildcards.items()), str(dag.reason(job))) for job in dag.needrun_jobs()]
-
-
-def read_plan(path: Path = PLAN) -> dict[str, Any] | None:
-    """This invocation's plan, or None when none was recorded (a run with --no-hooks) or the one on disk
-    does not plan the report (then it is not the plan of the invocation that builds this report)."""
-    if not path.is_file():
-        return None
-    plan = json.loads(path.read_text())
-    return plan if any(job["rule"] == "report" for job in plan["jobs"]) else None
 
 
 def stage_runs(plan: dict[str, Any] | None, stages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -238,18 +238,26 @@ def check_export(
     titan = torchtitan_model(checkpoint_values, tensors, checkpoint_dir)
     tokens = fixed_inputs(checkpoint_values["vocab_size"], settings["batch"], settings["seq_len"], seed)
     logits = compare_logits(model, titan, tokens)
-    figures["logits_vs_torchtitan"] = {**logits, "tolerance": settings["logits_tolerance"],
-                                       "inputs": list(tokens.shape)}
-    if not logits["max_abs_diff"] <= settings["logits_tolerance"]:
-        problems.append(f"{recipe}: reloaded logits differ from torchtitan's by {logits['max_abs_diff']:.3e} "
-                        f"(export_reload.logits_tolerance = {settings['logits_tolerance']})")
-    if logits["argmax_agreement"] < settings["min_argmax_agreement"]:
-        problems.append(f"{recipe}: argmax agreement {logits['argmax_agreement']:.4f} below "
-                        f"export_reload.min_argmax_agreement = {settings['min_argmax_agreement']}")
+    # Held to export_reload.logits_tolerance and min_argmax_agreement by rule judge (logits_problems).
+    figures["logits_vs_torchtitan"] = {**logits, "inputs": list(tokens.shape)}
     figures["generation"] = greedy_generation(model, out_dir, settings["prompt"], settings["new_tokens"])
     if figures["generation"]["new_tokens"] == 0:
         problems.append(f"{recipe}: greedy generation produced no tokens")
     return figures, problems, files
+
+
+def logits_problems(recipe: str, logits: dict[str, Any], judging: dict[str, Any]) -> list[str]:
+    """The judge's half: the reloaded model's logits against torchtitan's, held to export_reload's
+    logits_tolerance and min_argmax_agreement (each recorded into `logits` beside its figure)."""
+    logits["tolerance"], logits["min_argmax_agreement"] = judging["logits_tolerance"], judging["min_argmax_agreement"]
+    problems = []
+    if not logits["max_abs_diff"] <= judging["logits_tolerance"]:
+        problems.append(f"{recipe}: reloaded logits differ from torchtitan's by {logits['max_abs_diff']:.3e} "
+                        f"(export_reload.logits_tolerance = {judging['logits_tolerance']})")
+    if not logits["argmax_agreement"] >= judging["min_argmax_agreement"]:
+        problems.append(f"{recipe}: argmax agreement {logits['argmax_agreement']:.4f} below "
+                        f"export_reload.min_argmax_agreement = {judging['min_argmax_agreement']}")
+    return problems
 
 
 def key_set_problems(exports: dict[str, Path]) -> tuple[dict[str, Any], list[str]]:

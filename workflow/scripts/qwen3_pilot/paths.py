@@ -50,7 +50,7 @@ class RunFolder:
 
     @property
     def plan(self) -> Path:
-        """The invocation's plan, recorded at its start (changes.record_plan)."""
+        """The invocation's plan, recorded at its start (parse_time/plan.py)."""
         return self.results / "invocation.json"
 
     def launch_record(self, stage: str, launch: str) -> Path:

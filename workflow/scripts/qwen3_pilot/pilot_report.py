@@ -188,7 +188,8 @@ def check_schema(report: dict[str, Any]) -> None:
 
 def report_changes(report: dict[str, Any], json_path: Path, failed_run: bool) -> dict[str, Any]:
     """What this invocation ran and why, and what moved since the baseline (changes.py)."""
-    from .changes import PLAN, changes_since_baseline, read_plan
+    from .changes import changes_since_baseline
+    from .parse_time.plan import PLAN, read_plan
 
     return changes_since_baseline(
         report, read_plan(json_path.parent / PLAN.name), report["config"]["report"]["baseline"],

@@ -59,7 +59,7 @@ class StageRecord:
 
 @dataclass(kw_only=True)
 class StageMeasurement(StageRecord):
-    """What a measuring stage ran and measured, with no verdict: measured.json, which judge_training holds to
+    """What a measuring stage ran and measured, with no verdict: measured.json, which rule judge holds to
     the configured thresholds, so that a threshold edit re-judges these figures without measuring again."""
 
 

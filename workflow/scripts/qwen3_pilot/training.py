@@ -72,7 +72,7 @@ def trainer_run(
         export_dtype=training["export_dtype"],
         native_flavor=training.get("native_flavor"),  # the native recipe's only (config.stage_training)
         attention=training["attention"],
-        # Only the fields: the ranks refuse any other difference; the reasons are the judge's (judge_training).
+        # Only the fields: the ranks refuse any other difference; the reasons are the judge's (rule judge).
         accepted_differences=tuple(sorted(training["accepted_differences"].get(stage, []))),
         peak_flops_per_rank=peak_flops_per_rank,
         parity_path=str(parity_path.resolve()),

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import sha256_file, staging_dir, verify_checksum
-from .config import is_pinned_revision
+from .parse_time.config import is_pinned_revision
 
 # Pickle-based formats can run code when loaded, and code files are what trust_remote_code would run:
 # none of them is fetched, whatever allow_patterns says.

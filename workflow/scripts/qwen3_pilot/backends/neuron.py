@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import expected_neuron_ranks, hbm_per_rank_gib
+from ..parse_time.config import expected_neuron_ranks, hbm_per_rank_gib
 from . import Backend, cache_env, multi_node_launch, thread_caps
 
 log = logging.getLogger(__name__)

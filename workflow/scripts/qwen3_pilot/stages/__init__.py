@@ -46,8 +46,7 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
 
 
 # Rules whose jobs are a stage without being named after it: pin_package's per-package stamps are pin_env's,
-# archive_copy's copy is the archive's, and rules `train` and `judge_training` are the training stage their
-# {stage} names.
+# archive_copy's copy is the archive's, and rules `train` and `judge` are the stage their {stage} names.
 JOB_STAGES = {"pin_package": "pin_env", "archive_copy": "archive"}
 
 

@@ -1,20 +1,24 @@
 """Stage export_reload: each recipe's Hugging Face export completed, reloaded with transformers and compared with
-torchtitan."""
+torchtitan. This job measures (measured.json) and fails on what no threshold decides (missing keys, an export
+equal to the fetched weights, differing key sets); rule judge holds the logits to export_reload's tolerances
+(judge_export_reload)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from ..hf_export import ExportError, check_export, key_set_problems, read_tensors
+from ..hf_export import ExportError, check_export, key_set_problems, logits_problems, read_tensors
+
+RECIPES = ("hf", "native")
 
 
 def run(
     *, exports: dict[str, Path], checkpoint_dir: Path, out_root: Path, settings: dict[str, Any], seed: int,
-    backend: str, summary_path: Path,
+    backend: str, measured_path: Path,
 ) -> dict[str, Any]:
     from ..stage_progress import record_measured
-    from ..summary import StageSummary
+    from ..summary import StageMeasurement
 
     figures: dict[str, Any] = {}
     problems: list[str] = []
@@ -35,12 +39,20 @@ def run(
     record_measured(**figures, problems=problems)
     if problems:
         raise ExportError("export_reload failed:\n  - " + "\n  - ".join(problems))
-    summary = StageSummary(
-        stage="export_reload",
-        status="pass",
-        backend=backend,
-        figures=figures,
-        proves=(
+    measurement = StageMeasurement(stage="export_reload", backend=backend, figures=figures)
+    measurement.add_artifacts(artifacts)
+    return measurement.write(measured_path)
+
+
+def judge_export_reload(stage: str, figures: dict[str, Any], judging: dict[str, Any], backend: str) -> dict[str, str]:
+    """Rule judge for export_reload: each recipe's logits against torchtitan's, held to the tolerances in
+    `judging` (export_reload.logits_tolerance, min_argmax_agreement); returns proves and does_not_prove."""
+    problems = [problem for recipe in RECIPES
+                for problem in logits_problems(recipe, figures[recipe]["logits_vs_torchtitan"], judging)]
+    if problems:
+        raise ExportError("export_reload failed:\n  - " + "\n  - ".join(problems))
+    return {
+        "proves": (
             "Each recipe's last-step export, completed with the checkpoint's config and tokenizer files, loads "
             "with transformers' AutoModelForCausalLM from safetensors with no missing, unexpected or mismatched "
             "keys; tied embeddings share storage and no separate lm_head tensor is written; the reloaded "
@@ -48,12 +60,10 @@ def run(
             "through its state-dict adapter; greedy generation runs; both exports hold the same tensors and "
             "dtypes, and they differ from the fetched weights."
         ),
-        does_not_prove=(
+        "does_not_prove": (
             "That the export equals the trainer's in-memory final state bit for bit: the comparison model is "
             "rebuilt from the export (it checks the HF format and torchtitan's conversion both ways, not the "
             "save path). The generated text is not judged for quality; the logits were compared on one fixed "
             "input in the export's dtype only."
         ),
-    )
-    summary.add_artifacts(artifacts)
-    return summary.write(summary_path)
+    }

@@ -1,6 +1,6 @@
 """Stage moe_reduced, measuring: the reduced Qwen3 MoE trained with its kernels replaced, its router load, and the
-same run without the replacements; measured.json, which rule judge_training holds to kernels.loss_tolerance
-(stages/judge_training.py)."""
+same run without the replacements; measured.json, which rule judge holds to kernels.loss_tolerance
+(stages/judge.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Stages train_hf and train_native, measuring: one recipe trained from the fetched weights, a random-init control
 on the same batch and, with kernel replacements, the same run without them; measured.json holds what they measured
-and rule judge_training holds it to the configured thresholds (stages/judge_training.py)."""
+and rule judge holds it to the configured thresholds (stages/judge.py)."""
 
 from __future__ import annotations
 

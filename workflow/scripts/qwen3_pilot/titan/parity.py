@@ -95,7 +95,7 @@ def parity_table(
     """One row per field (built value, checkpoint value, verdict) and the problems that fail the stage.
 
     `accepted` maps a field to the reason its difference is accepted, or to None where the reason is added later
-    (the ranks know the fields, rule judge_training the reasons: with_reasons); an accepted field that does not
+    (the ranks know the fields, rule judge the reasons: with_reasons); an accepted field that does not
     differ is reported too, so that stale exceptions do not linger in the config.
     """
     unknown = sorted(set(accepted) - set(PARITY_FIELDS))

@@ -65,10 +65,10 @@ ALL_BACKENDS = ("cpu", "neuron")
 NATIVE, HF, MOE = "qwen3_native", "qwen3_hf", "qwen3_moe_reduced"
 RECIPES = (NATIVE, HF, MOE)
 # Stage modules that build torchtitan models outside a trainer.
-RANK_PLAN, NUMERICS, EXPORT = "rank_plan.py", "numerics.py", "hf_export.py"
-# models.qwen3_decoder builds the native model from config.json: the native recipe, numerics.py, hf_export.py.
+RANK_PLAN, NUMERICS, EXPORT = "rank_plan.py", "kernel_numerics/tiny_models.py", "hf_export.py"
+# models.qwen3_decoder builds the native model from config.json: the native recipe, kernel_numerics, hf_export.py.
 DECODER_USERS = (NATIVE, NUMERICS, EXPORT)
-# The kernel converters: the recipes that list replacements, and numerics.py.
+# The kernel converters: the recipes that list replacements, and kernel_numerics.
 CONVERTER_USERS = (NATIVE, MOE, NUMERICS)
 
 
@@ -175,7 +175,7 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              since=METRICS_COMPONENT),
     ApiEntry("torchtitan.components.metrics", "LoggerContainer", "titan_metrics.py adds its logger",
              attributes=("add_logger",), since=_since("2025-09-10", "612e4a12d", 1698)),
-    # ---- the models (models.py, numerics.py, hf_export.py, rank_plan.py) ----
+    # ---- the models (models.py, kernel_numerics, hf_export.py, rank_plan.py) ----
     ApiEntry("torchtitan.models.qwen3.config_registry", "qwen3_32b", "the native and MoE recipes build on it",
              users=(NATIVE, MOE),
              since=CONFIG_REFACTOR),
@@ -201,11 +201,11 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              fields=("vocab_size", "dim", "norm", "enable_weight_tying", "tok_embeddings", "lm_head", "layers"),
              attributes=("traverse", "build", "update_from_config", "get_nparams_and_flops"),
              since=CONFIG_TRAVERSE),
-    ApiEntry("torchtitan.models.qwen3", "_build_qwen3_layers", "the native recipe and numerics.py call it",
+    ApiEntry("torchtitan.models.qwen3", "_build_qwen3_layers", "the native recipe and kernel_numerics call it",
              users=(NATIVE, NUMERICS),
              parameters=("fuse_qkv", "n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "hidden_dim",
                          "attn_backend", "rope"), since=_private(PER_LAYER_ROPE)),
-    ApiEntry("torchtitan.models.qwen3", "_build_qwen3_moe_layers", "the MoE recipe and numerics.py call it",
+    ApiEntry("torchtitan.models.qwen3", "_build_qwen3_moe_layers", "the MoE recipe and kernel_numerics call it",
              users=(MOE, NUMERICS),
              parameters=("fuse_qkv", "n_layers", "dim", "n_heads", "n_kv_heads", "head_dim", "moe_hidden_dim",
                          "num_experts", "top_k", "attn_backend", "moe_comm_backend", "rope"),
@@ -222,7 +222,7 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              fields=("num_embeddings", "embedding_dim", "param_init"), since=PARAM_INIT),
     ApiEntry("torchtitan.models.common", "Linear.Config", "models.qwen3_decoder sets them", users=DECODER_USERS,
              fields=("in_features", "out_features", "param_init"), since=PARAM_INIT),
-    ApiEntry("torchtitan.models.common", "CosSinRoPE.Config", "the recipes and numerics.py set them",
+    ApiEntry("torchtitan.models.common", "CosSinRoPE.Config", "the recipes and kernel_numerics set them",
              users=(NATIVE, MOE, NUMERICS),
              fields=("dim", "max_seq_len", "theta"),
              since=_had("2026-06-05", "02d24f017", 3458, "2026-08-20, when 73aed7f6c (#4121) removed max_seq_len")),

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from ..config import (
+from ..parse_time.config import (
     check_renamed_keys,
     deep_update,
     resolve_config,
@@ -278,7 +278,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
         "env": backend.launcher_env,
     }, {
         # Snakemake runs the stage's script in one process on one node, which sets this environment itself
-        # (stages/kernel_numerics.py) before it loads the kernels.
+        # (stages/kernel_numerics/) before it loads the kernels.
         "stage": "kernel_numerics", "launch": "stage process (no torchrun)",
         "command": [python, str(project / "workflow" / "scripts" / "kernel_numerics.py")],
         "env": backend.device_process_env,

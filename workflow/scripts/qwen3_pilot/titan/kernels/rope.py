@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torchtitan.models.common.rope import CosSinRoPE
 
-from qwen3_pilot.config import NKI_ROPE_TILE
+from qwen3_pilot.parse_time.config import NKI_ROPE_TILE
 from qwen3_pilot.titan.kernels import ReplacedConfig, log_replacement
 
 OP_NAME = "qwen3_pilot::rope_hf"

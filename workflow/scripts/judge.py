@@ -1,7 +1,7 @@
 from pathlib import Path
 
 from qwen3_pilot.stage_run import StageRun
-from qwen3_pilot.stages.judge_training import run
+from qwen3_pilot.stages.judge import run
 
 with StageRun.of_job(snakemake) as stage_run:
     run(

@@ -1,7 +1,8 @@
-"""Rule judge_training: a training stage's measured figures (measured.json, written by stages/train.py or
-stages/moe_reduced.py) held to the configured thresholds, into the stage's summary.json. Apart from measuring, so
-that an edit to a gate threshold, kernels.loss_tolerance or an accepted difference's reason re-judges the recorded
-figures in a second instead of training again (on a trn2: a compile and a training run per stage)."""
+"""Rule judge: a measuring stage's figures (its measured.json) held to the configured thresholds, into the
+stage's summary.json: the training stages (stages/train.py, stages/moe_reduced.py), export_reload and
+kernel_numerics. Apart from measuring, so that an edit to a gate threshold, a tolerance or an accepted
+difference's reason re-judges the recorded figures in a second instead of training or measuring again (on a
+trn2: a compile and a run per stage)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from ..stage_progress import record_measured
 from ..summary import StageSummary
 from ..titan.parity import with_reasons
 from ..training import TrainingError, loaded_weights_gate, replaced_against_plain, replacement_proves
+from .export_reload import judge_export_reload
+from .kernel_numerics.judging import judge_kernel_numerics
 
 
 def run(*, stage: str, judging: dict[str, Any], measured_path: Path, summary_path: Path) -> dict[str, Any]:
     measured = json.loads(measured_path.read_text())
     figures = dict(measured["figures"])
     record_measured(**figures)  # a failed judgment's record keeps every measured figure
-    judge = judge_moe_reduced if stage == "moe_reduced" else judge_recipe
-    verdict = judge(stage, figures, judging, measured["backend"])
+    verdict = JUDGES[stage](stage, figures, judging, measured["backend"])
     summary = StageSummary(
         stage=stage, status="pass", backend=measured["backend"], figures=figures, notes=measured["notes"],
         # The work's own span: judging takes a moment and is not what the report times.
@@ -93,3 +95,7 @@ def judge_moe_reduced(stage: str, figures: dict[str, Any], judging: dict[str, An
                and "moe_grouped_experts" in replacements["per_kernel"] else "")
         ),
     }
+
+
+JUDGES = {"train_hf": judge_recipe, "train_native": judge_recipe, "moe_reduced": judge_moe_reduced,
+          "export_reload": judge_export_reload, "kernel_numerics": judge_kernel_numerics}

@@ -169,9 +169,27 @@ TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "se
                 "mixed_precision_param", "export_dtype", "attention")
 # The stages whose runs are judged by the loaded-weights gate (its thresholds are theirs only).
 GATED_STAGES = ("train_native", "train_hf")
-# The stages that measure a training run and leave its judging to rule judge_training (measured.json ->
-# summary.json): a threshold, tolerance or reason edit re-judges their figures without training again.
-JUDGED_STAGES = ("train_hf", "train_native", "moe_reduced")
+# The stages that measure and leave their judging to rule judge (measured.json -> summary.json): a threshold,
+# tolerance or reason edit re-judges their figures without training or measuring again.
+JUDGED_STAGES = ("train_hf", "train_native", "moe_reduced", "export_reload", "kernel_numerics")
+# The keys of a measuring stage's own config section that only its judge reads: the measuring rule's params
+# leave them out (stage_measuring), the judge's hold them (stage_judging).
+JUDGING_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "export_reload": (("logits_tolerance",), ("min_argmax_agreement",)),
+    "kernel_numerics": (("rope", "tolerances"), ("moe", "tolerances"), ("train", "tiny_model_loss_tolerance"),
+                        ("compile", "tolerances")),
+}
+
+
+def key_sorted(value: Any) -> Any:
+    """`value` with every mapping's keys in sorted order. Snakemake compares a rule's params with the recorded ones
+    as written, key order included, and a --configfile overlay moves the keys it sets to the front of their
+    section: params taken from a section would look changed after an edit to a key they leave out."""
+    if isinstance(value, dict):
+        return {key: key_sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [key_sorted(item) for item in value]
+    return value
 
 
 def stage_training(config: dict[str, Any], *stages: str) -> dict[str, Any]:
@@ -184,13 +202,33 @@ def stage_training(config: dict[str, Any], *stages: str) -> dict[str, Any]:
     if "train_native" in stages:
         part["native_flavor"] = training["native_flavor"]
     part["accepted_differences"] = {k: sorted(v) for k, v in training["accepted_differences"].items() if k in stages}
-    return part
+    return key_sorted(part)
+
+
+def stage_measuring(config: dict[str, Any], stage: str) -> dict[str, Any]:
+    """Config section `stage` without the keys its judge reads (JUDGING_KEYS), as the measuring rule's params."""
+    settings = copy.deepcopy(config[stage])
+    for *parents, leaf in JUDGING_KEYS[stage]:
+        section = settings
+        for part in parents:
+            section = section[part]
+        del section[leaf]
+    return key_sorted(settings)
 
 
 def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
-    """What rule judge_training holds one stage's measured figures to, as its params: the loaded-weights gate
-    with this recipe's control band (GATED_STAGES), the reasons of its accepted differences, and
-    kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one)."""
+    """What rule judge holds one stage's measured figures to, as its params. For a training stage: the
+    loaded-weights gate with this recipe's control band (GATED_STAGES), the reasons of its accepted differences,
+    and kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one). For
+    export_reload and kernel_numerics: their sections' JUDGING_KEYS, nested as in the config."""
+    if stage in JUDGING_KEYS:
+        judging_keys: dict[str, Any] = {}
+        for *parents, leaf in JUDGING_KEYS[stage]:
+            source, target = config[stage], judging_keys
+            for part in parents:
+                source, target = source[part], target.setdefault(part, {})
+            target[leaf] = copy.deepcopy(source[leaf])
+        return key_sorted(judging_keys)
     judging: dict[str, Any] = {}
     if stage in GATED_STAGES:
         gate = config["training"]["gate"]
@@ -198,7 +236,7 @@ def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
         judging["accepted_differences"] = config["training"]["accepted_differences"].get(stage, {})
     if stage_kernel_rules(config, stage):
         judging["loss_tolerance"] = config["kernels"]["loss_tolerance"]
-    return judging
+    return key_sorted(judging)
 
 
 def stage_kernel_rules(config: dict[str, Any], stage: str) -> list[dict[str, str]]:

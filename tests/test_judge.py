@@ -1,4 +1,4 @@
-"""Rule judge_training: a training stage's measured.json held to the configured thresholds, into its summary."""
+"""Rule judge: a measuring stage's measured.json held to the configured thresholds, into its summary."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from qwen3_pilot.artifacts import write_recorded_json
-from qwen3_pilot.stages.judge_training import run
+from qwen3_pilot.stages.judge import run
 from qwen3_pilot.summary import failure_path, write_failure
 from qwen3_pilot.titan.parity import ParityError, with_reasons
 from qwen3_pilot.training import TrainingError
@@ -112,3 +112,74 @@ def test_a_difference_accepted_when_the_run_was_made_but_not_by_the_judge_is_ref
     assert with_reasons(rows, {"rope_theta": "why"})[0]["verdict"] == "accepted difference: why"
     with pytest.raises(ParityError, match="rope_theta: accepted as a difference when the run was made"):
         with_reasons(rows, {})
+
+
+def measured_record(tmp_path, stage, figures):
+    path = tmp_path / "results" / stage / "measured.json"
+    write_recorded_json(path, {"stage": stage, "backend": "cpu", "figures": figures, "notes": [], "artifacts": [],
+                               "started": "2026-12-04T10:00:00.000+00:00", "ended": "2026-12-04T10:01:00.000+00:00"})
+    return path
+
+
+def measured_numerics(tmp_path, rope_bfloat16_diff):
+    """kernel_numerics' measured figures as its stage writes them: differences, no tolerance, no verdict."""
+    trained = {"losses_reference": [5.0, 4.9], "losses_replaced": [5.0, 4.9], "max_abs_loss_diff": 0.0,
+               "finite": True, "seconds": 1.0}
+    return measured_record(tmp_path, "kernel_numerics", {
+        "numerics": [
+            {"section": "rope", "op": "rope_forward_q", "dtype": "bfloat16", "shape": [1, 256, 4, 64],
+             "max_abs_diff": rope_bfloat16_diff, "max_abs_input": 4.0},
+            {"section": "moe", "op": "moe_forward", "dtype": "float32", "shape": [64, 32], "max_abs_diff": 0.0,
+             "impl": "grouped_experts_swiglu", "reference": "looped_experts_swiglu"}],
+        "largest_diff_per_dtype": {"rope": {"bfloat16": rope_bfloat16_diff}, "moe": {"float32": 0.0}},
+        "seq_len_rule": {"lnc": 2, "verdict": "pass"},
+        "replacement_counts": {"dense": {"rope_hf": 2}},
+        "replaced_model_trains": {"dense": trained},
+        "compile": {"models": {"dense": {"backend": "aot_eager", "logits_max_abs_diff": 0.0, "grad_max_abs_diff": 0.0,
+                                         "seconds": 1.0}}},
+        "device": "cpu", "implementations": {"rope_hf": "PyTorch", "moe_grouped_experts": "torch._grouped_mm"},
+    })
+
+
+def numerics_judging(rope_bfloat16):
+    return {"rope": {"tolerances": {"float32": 1e-6, "bfloat16": rope_bfloat16}},
+            "moe": {"tolerances": {"float32": 1e-5, "bfloat16": 3.2e-2}},
+            "train": {"tiny_model_loss_tolerance": 1e-5}, "compile": {"tolerances": {"dense": 1e-5}}}
+
+
+def test_kernel_numerics_is_judged_by_its_tolerances_and_re_judged_without_measuring(in_tmp, stage_progress):
+    from qwen3_pilot.stages.kernel_numerics.judging import NumericsError
+    from qwen3_pilot.stages.kernel_numerics.rope_checks import bf16_stepwise_rope_bound
+
+    measured = measured_numerics(in_tmp, rope_bfloat16_diff=0.04)
+    summary_path = in_tmp / "results" / "kernel_numerics" / "summary.json"
+    with pytest.raises(NumericsError, match=r"rope: rope_forward_q bfloat16 shape \[1, 256, 4, 64\]: max abs diff "
+                                            r"0\.04 > tolerance 0\.032"):
+        run(stage="kernel_numerics", judging=numerics_judging(3.2e-2), measured_path=measured,
+            summary_path=summary_path)
+    assert not summary_path.exists()
+    assert stage_progress.measured["numerics"][0]["verdict"] == "fail"  # the failure record keeps the figures
+    # The bound a kernel that rounds at every step may reach, from the largest input measured (4.0): about 0.107.
+    summary = run(stage="kernel_numerics", judging=numerics_judging("bf16_stepwise"), measured_path=measured,
+                  summary_path=summary_path)
+    rope_row = summary["figures"]["numerics"][0]
+    assert (rope_row["tolerance"], rope_row["verdict"]) == (bf16_stepwise_rope_bound(4.0), "pass")
+    assert summary["figures"]["replaced_model_trains"]["dense"]["tolerance"] == 1e-5
+    assert summary["figures"]["compile"]["models"]["dense"]["verdict"] == "pass"
+    assert "On the cpu device" in summary["proves"]
+
+
+def test_export_reload_is_judged_by_its_logits_tolerance(in_tmp):
+    from qwen3_pilot.hf_export import ExportError
+
+    logits = {"max_abs_diff": 2e-4, "argmax_agreement": 1.0, "logits_max_abs": 3.0, "inputs": [2, 64]}
+    measured = measured_record(in_tmp, "export_reload", {
+        "hf": {"logits_vs_torchtitan": dict(logits)}, "native": {"logits_vs_torchtitan": dict(logits)},
+        "recipes_agree": {"same_keys_and_dtypes": True, "keys": 3}})
+    summary_path = in_tmp / "summary.json"
+    with pytest.raises(ExportError, match=r"hf: reloaded logits differ from torchtitan's by 2\.000e-04"):
+        run(stage="export_reload", judging={"logits_tolerance": 1e-4, "min_argmax_agreement": 0.99},
+            measured_path=measured, summary_path=summary_path)
+    summary = run(stage="export_reload", judging={"logits_tolerance": 1e-3, "min_argmax_agreement": 0.99},
+                  measured_path=measured, summary_path=summary_path)
+    assert summary["status"] == "pass" and summary["figures"]["native"]["logits_vs_torchtitan"]["tolerance"] == 1e-3

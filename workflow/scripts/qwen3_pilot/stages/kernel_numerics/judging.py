@@ -1,0 +1,110 @@
+"""The judge's half of kernel_numerics (rule judge): the measured differences held to the tolerances of config
+`kernel_numerics` (rope.tolerances, moe.tolerances, train.tiny_model_loss_tolerance, compile.tolerances, the
+judge's params), each row given its tolerance and verdict. A tolerance edit re-judges the recorded figures
+without measuring again (on a trn2, the kernels' compile)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .rope_checks import bf16_stepwise_rope_bound
+
+
+class NumericsError(RuntimeError):
+    pass
+
+
+def row_tolerance(row: dict[str, Any], tolerances: dict[str, Any]) -> float:
+    """The row's dtype's tolerance; "bf16_stepwise" derived from the largest input the row measured."""
+    tolerance = tolerances[row["dtype"]]
+    if tolerance == "bf16_stepwise":
+        return bf16_stepwise_rope_bound(row["max_abs_input"])
+    return tolerance
+
+
+def within(difference: float, tolerance: float) -> str:
+    return "pass" if difference <= tolerance else "fail"  # NaN compares false: a NaN difference fails
+
+
+def judged_rows(rows: list[dict[str, Any]], tolerances: dict[str, dict[str, Any]]) -> list[str]:
+    """Each comparison row (its "section" rope or moe) given its tolerance and verdict; the failed ones in words."""
+    problems = []
+    for row in rows:
+        row["tolerance"] = row_tolerance(row, tolerances[row["section"]])
+        row["verdict"] = within(row["max_abs_diff"], row["tolerance"])
+        if row["verdict"] != "pass":
+            problems.append(
+                f"{row['section']}: {row['op']} {row['dtype']} shape {row['shape']}"
+                + (f" ({row['impl']} vs {row['reference']})" if "impl" in row else "")
+                + f": max abs diff {row['max_abs_diff']:.3g} > tolerance {row['tolerance']:.3g}")
+    return problems
+
+
+def judged_trains(trains: dict[str, Any], tolerance: float) -> list[str]:
+    """Each tiny model's replaced losses against torchtitan's, held to tiny_model_loss_tolerance (and finite)."""
+    problems = []
+    for kind, run in trains.items():
+        run["tolerance"] = tolerance
+        run["verdict"] = within(run["max_abs_loss_diff"], tolerance) if run["finite"] else "fail"
+        if run["verdict"] != "pass":
+            problems.append(
+                f"trains: {kind}: losses with replacements differ from torchtitan's by up to "
+                f"{run['max_abs_loss_diff']:.3g} > tolerance {tolerance:.3g} "
+                f"({run['losses_reference']} vs {run['losses_replaced']})")
+    return problems
+
+
+def judged_compile(compiled: dict[str, Any], tolerances: dict[str, float]) -> list[str]:
+    """Each compiled model's logits and gradients against eager, held to its kind's compile tolerance."""
+    problems = []
+    for kind, result in compiled["models"].items():
+        tolerance = result["tolerance"] = tolerances[kind]
+        verdicts = {within(result[figure], tolerance) for figure in ("logits_max_abs_diff", "grad_max_abs_diff")}
+        result["verdict"] = "pass" if verdicts == {"pass"} else "fail"
+        if result["verdict"] != "pass":
+            problems.append(
+                f"compile: {kind} ({result['backend']}): compiled vs eager logits differ by "
+                f"{result['logits_max_abs_diff']:.3g}, gradients by {result['grad_max_abs_diff']:.3g} "
+                f"(tolerance {tolerance:.3g})")
+    return problems
+
+
+def judged_problems(figures: dict[str, Any], judging: dict[str, Any]) -> list[str]:
+    """The measured figures given their tolerances and verdicts in place; every check that failed, in words."""
+    tolerances = {section: judging[section]["tolerances"] for section in ("rope", "moe")}
+    return (judged_rows(figures["numerics"], tolerances)
+            + judged_trains(figures["replaced_model_trains"], judging["train"]["tiny_model_loss_tolerance"])
+            + judged_compile(figures["compile"], judging["compile"]["tolerances"]))
+
+
+def judge_kernel_numerics(stage: str, figures: dict[str, Any], judging: dict[str, Any],
+                          backend: str) -> dict[str, str]:
+    """Rule judge for kernel_numerics: fills in the tolerances and verdicts; returns proves and does_not_prove."""
+    from ...stage_progress import record_measured
+
+    problems = judged_problems(figures, judging)
+    record_measured(**figures)
+    if problems:
+        raise NumericsError("kernel_numerics failed:\n  - " + "\n  - ".join(problems))
+    installed, lnc = figures["implementations"], figures["seq_len_rule"]["lnc"]
+    return {
+        "proves": (
+            f"On the {figures['device']} device, the RoPE replacement (the op qwen3_pilot::rope_hf in HF layout "
+            "(batch, heads, seq, head_dim) with its own autograd, behind a wrapper that converts torchtitan's "
+            f"layout; implementation: {installed['rope_hf']}) matches torchtitan's RoPE in forward and q/k "
+            f"gradients, and the grouped-matmul experts ({installed['moe_grouped_experts']}) match a per-expert "
+            "loop, in float32 and bfloat16 over the shapes listed, within the tolerances listed; the replacement "
+            "converters replaced exactly one module per layer; a model built with them trains to the same "
+            "losses as without them"
+            + ("; torch.compile gives the eager result" if figures["compile"]["models"] else "")
+            + f"; a seq len that breaks the kernel's multiple-of-128 x LNC={lnc} rule is refused with a clear error."
+        ),
+        "does_not_prove": (
+            ("Anything about the NKI kernels themselves: on this backend the replacement runs a PyTorch "
+             "implementation of the same HF-layout contract. " if backend == "cpu" else
+             "That the kernels are faster (the benchmark stage measures that), or anything about torch.compile "
+             "with the neuron backend (not checked here). ")
+            + "A difference within tolerance holds for these shapes and dtypes only; other shapes, dtypes or "
+            "sequence lengths were not tested."
+        ),
+    }
