@@ -429,6 +429,12 @@ def completed_run(pipeline_run) -> Path:
 UNCOPIED_CACHES = {"torchinductor", "triton", "tmp"}
 
 
+# Held while a test edits a file of the shared run in place (edited_in_place) and while the run is copied
+# (copy_run): a test running ahead in its own thread copies the run while others run, and must not copy a
+# half-made edit (a dry run's bumped pin) as the run's own file.
+SHARED_RUN_EDIT = threading.Lock()
+
+
 def copy_run(run: Path, copy: Path) -> Path:
     """A copy of a finished workspace (results, logs and Snakemake's metadata included), without the compile and
     temp caches under .cache/ (over 300 MB that no rerun of a stage needs: they refill)."""
@@ -437,8 +443,22 @@ def copy_run(run: Path, copy: Path) -> Path:
     def skip_caches(folder: str, names: list[str]) -> list[str]:
         return [name for name in names if name in UNCOPIED_CACHES] if Path(folder) == caches else []
 
-    shutil.copytree(run, copy, symlinks=True, ignore=skip_caches)
+    with SHARED_RUN_EDIT:
+        shutil.copytree(run, copy, symlinks=True, ignore=skip_caches)
     return copy
+
+
+@contextmanager
+def edited_in_place(path: Path, edit: Callable[[str], str]):
+    """`path` (a file of the shared run) rewritten by `edit` for the block, then restored; no copy of the run is
+    taken meanwhile (SHARED_RUN_EDIT)."""
+    with SHARED_RUN_EDIT:
+        text = path.read_text()
+        path.write_text(edit(text))
+        try:
+            yield
+        finally:
+            path.write_text(text)
 
 
 @pytest.fixture

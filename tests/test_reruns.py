@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PROJECT, copy_run, output, planned_job_blocks, run_snakemake
+from conftest import PROJECT, copy_run, edited_in_place, output, planned_job_blocks, run_snakemake
 
 from qwen3_pilot.figure_view import number
 from qwen3_pilot.parse_time.config import deep_update
@@ -47,13 +47,11 @@ def planned_job_labels(result) -> set[str]:
 
 
 def with_overlay(ws, change, *args):
-    overlay = ws / "config" / "test.yaml"
-    text = overlay.read_text()
-    overlay.write_text(yaml.safe_dump(deep_update(yaml.safe_load(text), change)))
-    try:
+    def overlaid(text):
+        return yaml.safe_dump(deep_update(yaml.safe_load(text), change))
+
+    with edited_in_place(ws / "config" / "test.yaml", overlaid):
         return run_snakemake(ws, *args)
-    finally:
-        overlay.write_text(text)
 
 
 def test_the_table_has_the_edits_the_issue_names():

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SNAKEMAKE, output, planned_jobs, planned_stages, run_snakemake
+from conftest import SHARED_RUN_EDIT, SNAKEMAKE, edited_in_place, output, planned_jobs, planned_stages, run_snakemake
 
 from qwen3_pilot.stages import UPSTREAM
 
@@ -182,7 +182,8 @@ def test_one_log_per_job(completed_run):
 
 
 def test_a_complete_run_is_not_redone(completed_run):
-    result = run_snakemake(completed_run, "--cores", "2", "results/report.html")
+    with SHARED_RUN_EDIT:  # Snakemake locks the folder while it runs: no copy of the run takes its lock
+        result = run_snakemake(completed_run, "--cores", "2", "results/report.html")
     assert result.returncode == 0
     assert "Nothing to be done" in output(result), output(result)
 
@@ -200,30 +201,25 @@ def test_parsing_the_workflow_imports_no_torch(completed_run):
     assert not {m for m in imported if m == "torch" or m.startswith("torch.")}
 
 
-def bump(ws, old, new):
-    pins = ws / "envs" / "cpu.txt"
-    text = pins.read_text()
-    assert old in text
-    pins.write_text(text.replace(old, new))
-    return lambda: pins.write_text(text)
+def dry_run_with_bump(ws, old, new):
+    """`snakemake -n` in the shared run with one pin of envs/cpu.txt respelled."""
+
+    def bump(text):
+        assert old in text
+        return text.replace(old, new)
+
+    with edited_in_place(ws / "envs" / "cpu.txt", bump):
+        return run_snakemake(ws, "-n")
 
 
 def test_a_transformers_bump_reruns_only_what_uses_transformers(completed_run):
-    restore = bump(completed_run, "transformers==5.16.0", "transformers==5.17.0")
-    try:
-        result = run_snakemake(completed_run, "-n")
-    finally:
-        restore()
+    result = dry_run_with_bump(completed_run, "transformers==5.16.0", "transformers==5.17.0")
     assert planned_jobs(result).get("pin_package") == 1
     assert planned_stages(result) == {"pin_env", "train_hf", "compare_recipes", "export_reload", "report"}
 
 
 def test_a_torch_bump_reruns_verify_ranks_but_not_the_fixture(completed_run):
-    restore = bump(completed_run, "torch==2.14.1", "torch==2.14.2")
-    try:
-        result = run_snakemake(completed_run, "-n")
-    finally:
-        restore()
+    result = dry_run_with_bump(completed_run, "torch==2.14.1", "torch==2.14.2")
     assert planned_jobs(result).get("pin_package") == 1
     stages = planned_stages(result)
     assert {"verify_ranks", "train_hf", "train_native", "kernel_numerics", "moe_reduced"} <= stages
