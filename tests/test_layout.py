@@ -134,3 +134,13 @@ def test_the_paths_object_finds_the_checkout_and_lays_out_a_workflow_folder(tmp_
     assert run.launch_record("train_hf", "control") == tmp_path / "results" / "train_hf" / "control" / "launch.json"
     assert (run.cache, run.plan, run.report_json) == (
         tmp_path / ".cache", tmp_path / "results" / "invocation.json", tmp_path / "results" / "report.json")
+
+
+def test_the_tests_follow_the_packages_layout():
+    """A test of a subpackage's code sits in the tests/ folder of that subpackage's name (tests/titan/ for
+    qwen3_pilot/titan/ ...), the tests of the whole DAG in tests/e2e/, those of the top-level modules in tests/."""
+    tests = PROJECT / "tests"
+    folders = {path.parent.relative_to(tests).as_posix() for path in tests.rglob("test_*.py")}
+    subpackages = {path.parent.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("__init__.py")}
+    assert {"titan", "stages", "e2e", "."} <= folders  # the reader finds the folders
+    assert folders - subpackages - {"e2e", "."} == set(), "a tests/ folder named for no subpackage of qwen3_pilot"

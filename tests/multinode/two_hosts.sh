@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stands in for `srun --ntasks-per-node=1` on hosts made as network namespaces (tests/test_multinode.py):
+# Stands in for `srun --ntasks-per-node=1` on hosts made as network namespaces (tests/e2e/test_multinode.py):
 # runs the same command once in each namespace named in QWEN3_PILOT_TEST_HOSTS, with that name as its
 # hostname and QWEN3_PILOT_TEST_HOSTS_FILE as its /etc/hosts (torchrun resolves its own hostname, and the
 # rendezvous hands every node the hostname of global rank 0's), and exits non-zero when any of them fails,

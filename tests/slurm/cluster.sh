@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node SLURM cluster on loopback for tests/test_slurm.py: Debian's slurm-wlm (22.05) with munge, and
+# A one-node SLURM cluster on loopback for tests/e2e/test_slurm.py: Debian's slurm-wlm (22.05) with munge, and
 # slurmdbd on MariaDB, because snakemake-executor-plugin-slurm reads job states from sacct (accounting).
 #   tests/slurm/cluster.sh start DIR   installs the Debian packages when missing, writes every config file
 #                                      under DIR, starts munged, mariadbd, slurmdbd, slurmctld and slurmd,

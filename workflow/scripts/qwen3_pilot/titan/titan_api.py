@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# The default for a new entry, until its upstream date is found (tests/test_titan_api.py refuses it).
+# The default for a new entry, until its upstream date is found (tests/titan/test_titan_api.py refuses it).
 IN_0_3_0 = "present in torchtitan 0.3.0 (PyPI); upstream date not established"
 
 

@@ -2,7 +2,7 @@
 kernel (grid, buffers, table dtype and layout, what it returns) and install_kernels' success branch in a fresh
 interpreter (it registers a kernel process-wide). The fake kernel computes no RoPE: it writes a marker
 derived from its inputs, so these tests prove the calls, not the real kernel's arithmetic (kernel_numerics
-checks that on a trn2; tests/test_rope.py checks the cpu implementation against a hand-computed RoPE)."""
+checks that on a trn2; tests/titan/test_rope.py checks the cpu implementation against a hand-computed RoPE)."""
 
 from __future__ import annotations
 

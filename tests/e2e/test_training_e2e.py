@@ -223,7 +223,7 @@ def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes
     says so and fails); Snakemake killed outright (the stage, torchrun and the ranks end with it; `make unlock`);
     Snakemake interrupted mid-training (Ctrl-C: no rank outlives it by 10 s). The README's plain command then
     completes, from the fetched weights although a checkpoint waits in the run folder (what torchtitan would
-    otherwise resume from). A failed gate's report: tests/test_reruns.py."""
+    otherwise resume from). A failed gate's report: tests/e2e/test_reruns.py."""
     clean_loss = step1_loss(copy_of_run, "train_native")
     run_dir = copy_of_run / "results" / "train_native" / "run"
     saved_step = tmp_path / "step-10"
