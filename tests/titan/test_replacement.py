@@ -108,6 +108,14 @@ def test_an_unknown_kernel_is_refused(dense_config):
         convert(dense_config, {"kernel": "nki_rope"})
 
 
+def test_a_kernel_without_its_classes_is_refused_rather_than_checked_against_another_kernels():
+    from qwen3_pilot.titan.replacement import _source_and_target
+
+    assert _source_and_target("moe_grouped_experts")[1].__name__ == "KernelGroupedExperts"
+    with pytest.raises(ValueError, match=r"kernel 'rms_norm': no source and target classes"):
+        _source_and_target("rms_norm")
+
+
 # ---- the launch-log check the training stages run (torch-free) ----
 
 

@@ -39,11 +39,14 @@ def _source_and_target(kernel: str):
         from .kernels.rope import HFLayoutRoPE
 
         return CosSinRoPE.Config, HFLayoutRoPE
-    from torchtitan.models.common.moe import GroupedExperts
+    if kernel == "moe_grouped_experts":
+        from torchtitan.models.common.moe import GroupedExperts
 
-    from .kernels.moe import KernelGroupedExperts
+        from .kernels.moe import KernelGroupedExperts
 
-    return GroupedExperts.Config, KernelGroupedExperts
+        return GroupedExperts.Config, KernelGroupedExperts
+    # A kernel in KERNELS without its pair here would otherwise be checked against another kernel's classes.
+    raise ValueError(f"kernel {kernel!r}: no source and target classes in replacement._source_and_target")
 
 
 class KernelReplacement(ModelConfigConverter):

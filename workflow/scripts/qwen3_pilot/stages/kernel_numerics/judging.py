@@ -71,7 +71,8 @@ def judged_compile(compiled: dict[str, Any], tolerances: dict[str, float]) -> li
 
 def judged_problems(figures: dict[str, Any], judging: dict[str, Any]) -> list[str]:
     """The measured figures given their tolerances and verdicts in place; every check that failed, in words."""
-    tolerances = {section: judging[section]["tolerances"] for section in ("rope", "moe")}
+    sections = {row["section"] for row in figures["numerics"]}  # rope, moe, and any kernel's section added
+    tolerances = {section: judging[section]["tolerances"] for section in sections}
     return (judged_rows(figures["numerics"], tolerances)
             + judged_trains(figures["replaced_model_trains"], judging["train"]["tiny_model_loss_tolerance"])
             + judged_compile(figures["compile"], judging["compile"]["tolerances"]))
