@@ -15,7 +15,7 @@ import time
 import pytest
 from conftest import AHEAD_ENV, SNAKEMAKE, output, run_snakemake, started_ahead, trainer_processes, wait_for_steps
 
-from qwen3_pilot.training import relaunch
+from qwen3_pilot.training import read_steps, relaunch
 from qwen3_pilot.unlock import workflow_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.torchrun]
@@ -219,9 +219,10 @@ def start_training(ws, run_dir) -> subprocess.Popen:
 @started_ahead
 def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes_from_the_fetched_weights(
         copy_of_run, tmp_path):
-    """Three ways a training stage ends early, then one rerun: torchrun killed mid-training (SIGKILL: the stage
-    says so and fails); Snakemake killed outright (the stage, torchrun and the ranks end with it; `make unlock`);
-    Snakemake interrupted mid-training (Ctrl-C: no rank outlives it by 10 s). The README's plain command then
+    """Four ways a training stage's run ends early, then one rerun: torchrun killed mid-training (SIGKILL: the
+    stage says so and fails); Snakemake killed outright (the stage, torchrun and the ranks end with it; `make
+    unlock`); Snakemake terminated (SIGTERM: it finishes the running job and exits clean); Snakemake interrupted
+    mid-training (Ctrl-C: no rank outlives it by 10 s). The README's plain command then
     completes, from the fetched weights although a checkpoint waits in the run folder (what torchtitan would
     otherwise resume from). A failed gate's report: tests/e2e/test_reruns.py."""
     clean_loss = step1_loss(copy_of_run, "train_native")
@@ -254,6 +255,18 @@ def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes
     unlocked = subprocess.run([sys.executable, "-m", "qwen3_pilot.unlock"], cwd=copy_of_run, capture_output=True,
                               text=True, timeout=120, env=AHEAD_ENV)
     assert unlocked.returncode == 0, unlocked.stderr[-3000:]
+
+    # Snakemake terminated (SIGTERM: `kill`, a session's end): Snakemake's own graceful exit lets the running job
+    # finish, then ends; nothing of the run is left, nor its lock. (Ctrl-C, below, is the way to stop at once.)
+    snakemake = start_training(copy_of_run, run_dir)
+    wait_for_steps(snakemake, run_dir, 1)
+    os.kill(snakemake.pid, signal.SIGTERM)
+    stdout, _ = snakemake.communicate(timeout=600)
+    assert "Will exit after finishing currently running jobs" in stdout, stdout[-3000:]
+    assert len(read_steps(run_dir / "metrics.jsonl")) == 10, stdout[-3000:]  # the training ran to its end
+    assert workflow_processes(copy_of_run) == []
+    locks = copy_of_run / ".snakemake" / "locks"
+    assert not (locks.is_dir() and any(locks.iterdir())), list(locks.iterdir())
 
     snakemake = start_training(copy_of_run, run_dir)
     wait_for_steps(snakemake, run_dir, 1)
