@@ -22,7 +22,9 @@ from .kernel_numerics.judging import judge_kernel_numerics
 def run(*, stage: str, judging: dict[str, Any], measured_path: Path, summary_path: Path) -> dict[str, Any]:
     measured = json.loads(measured_path.read_text())
     figures = dict(measured["figures"])
-    record_measured(**figures)  # a failed judgment's record keeps every measured figure
+    # A failed judgment's record keeps every measured figure, with the tolerances and verdicts the judges fill
+    # into them in place (a judge that adds a figure records it itself).
+    record_measured(**figures)
     verdict = JUDGES[stage](stage, figures, judging, measured["backend"])
     summary = StageSummary(
         stage=stage, status="pass", backend=measured["backend"], figures=figures, notes=measured["notes"],
