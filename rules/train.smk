@@ -1,7 +1,8 @@
 # Training and what is checked on it: train_hf and train_native (torchtitan's trainer on both 4B recipes,
 # from the fetched weights, each with a random-init control on the same batch), compare_recipes,
 # export_reload, kernel_numerics and moe_reduced. Each of these but compare_recipes measures (measured.json)
-# and rule judge judges (summary.json): a threshold or tolerance edit re-judges without measuring again.
+# and rule judge judges (summary.json), the benchmark's measured.json too: a threshold or tolerance edit
+# re-judges without measuring again.
 
 
 # One rule for both 4B recipes: {stage} is train_hf or train_native. The pins each recipe depends on

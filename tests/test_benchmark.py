@@ -1,6 +1,6 @@
-"""The benchmark's arithmetic on recorded metric lines: warm-up excluded, percentiles, the noisy flag, MFU,
-cost; the stage on recorded runs (its notes, cost and peak); and how its figures compare with a baseline's
-(timings apart from settings and runs)."""
+"""The benchmark's arithmetic on recorded metric lines: warm-up excluded, percentiles, the spread, MFU, cost;
+the stage on recorded runs and its judge (the notes, the noisy flag, cost and peak); and how its figures
+compare with a baseline's (timings apart from settings and runs)."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def test_steady_state_never_includes_a_warmup_step(tmp_path):
     steps = read_steps(metrics_file(tmp_path))
     warm, steady = split_phases(steps, 3)
     assert [s["step"] for s in warm] == [1, 2, 3] and [s["step"] for s in steady] == list(range(4, 11))
-    figures = steady_state(steps, warmup=3, ranks=2, peak_flops_per_rank=1e10, noisy_cv=0.1)
+    figures = steady_state(steps, warmup=3, ranks=2, peak_flops_per_rank=1e10)
     assert figures["step_time_s"]["median"] == pytest.approx(0.20)
     assert figures["warmup_step_time_s"] == [9.0, 0.5, 0.4]
-    assert figures["steady_steps"] == 7 and not figures["noisy"]
+    assert figures["steady_steps"] == 7
     assert (figures["tokens_per_s_per_rank"] == pytest.approx(2560)
             and figures["tokens_per_s_per_instance"] == pytest.approx(5120))
     assert figures["mfu_pct"] == pytest.approx(100 * 0.01e12 / 1e10)
@@ -56,12 +56,12 @@ def test_percentiles_interpolate_between_ranks():
     assert percentile([1.0], 90) == 1.0
 
 
-def test_a_steady_phase_above_the_cv_threshold_is_flagged_noisy(tmp_path):
+def test_the_steady_phases_spread_is_its_coefficient_of_variation(tmp_path):
     steps = read_steps(metrics_file(tmp_path, [9.0, 0.2, 0.2, 0.4, 0.2, 0.4, 0.2]))
-    figures = steady_state(steps, warmup=1, ranks=1, peak_flops_per_rank=1e10, noisy_cv=0.1)
-    assert figures["step_time_s"]["cv"] == pytest.approx(0.3536, abs=1e-4) and figures["noisy"]
+    figures = steady_state(steps, warmup=1, ranks=1, peak_flops_per_rank=1e10)
+    assert figures["step_time_s"]["cv"] == pytest.approx(0.3536, abs=1e-4)
     with pytest.raises(BenchmarkError, match="7 steps logged, 7 of them warm-up"):
-        steady_state(steps, warmup=7, ranks=1, peak_flops_per_rank=1e10, noisy_cv=0.1)
+        steady_state(steps, warmup=7, ranks=1, peak_flops_per_rank=1e10)
 
 
 def test_cost_per_million_tokens_and_of_the_warmup():
@@ -92,11 +92,14 @@ def recorded_times(recipe, variant, settings):
 
 def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, settings=SETTINGS, eager_compiles=False):
     """The stage with its trainer launches replaced by recorded metric lines, each run's step times from
-    `times(recipe, variant, settings)`: (its summary, what each launch was given, with the files in its
-    compile cache folder at launch). `eager_compiles`: a cpu backend whose eager runs compile, as neuron's do."""
+    `times(recipe, variant, settings)`, then its judge, each given its part of `settings` (the rules' params):
+    (the judged summary, what each launch was given, with the files in its compile cache folder at launch).
+    `eager_compiles`: a cpu backend whose eager runs compile, as neuron's do."""
     from qwen3_pilot.backends import make_backend
     from qwen3_pilot.launch import Launch
+    from qwen3_pilot.parse_time.config import stage_judging, stage_measuring
     from qwen3_pilot.stages import benchmark as stage
+    from qwen3_pilot.stages import judge
 
     folder.mkdir(parents=True, exist_ok=True)
     backend = dataclasses.replace(make_backend(backend_config("cpu", 2), str(folder / "cache")),
@@ -131,12 +134,15 @@ def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, sett
     training = {"steps": 10, "seq_len": 256, "local_batch_size": 1, "global_batch_size": 2, "seed": 0, "lr": 1e-3,
                 "warmup_steps": 1, "mixed_precision_param": "float32", "export_dtype": "float32", "native_flavor": None,
                 "attention": "sdpa", "accepted_differences": {}}
-    summary = stage.run(
+    config = {"benchmark": settings}
+    stage.run(
         backend_config={"backend": "cpu", "ranks": 2, "neuron": {"lnc": 2}}, dataset="c4_test", training=training,
-        moe=moe, kernels={"train_native": [], "moe_reduced": [ROPE]}, settings=settings, cache_root=str(folder),
-        checkpoint_dir=folder, corpus_dir=folder, ranks_summary=folder, out_dir=folder / "runs",
-        summary_path=folder / "summary.json", log_path=folder / "log",
+        moe=moe, kernels={"train_native": [], "moe_reduced": [ROPE]}, settings=stage_measuring(config, "benchmark"),
+        cache_root=str(folder), checkpoint_dir=folder, corpus_dir=folder, ranks_summary=folder,
+        out_dir=folder / "runs", measured_path=folder / "measured.json", log_path=folder / "log",
     )
+    summary = judge.run(stage="benchmark", judging=stage_judging(config, "benchmark"),
+                        measured_path=folder / "measured.json", summary_path=folder / "summary.json")
     return summary, launched
 
 
@@ -208,6 +214,32 @@ def test_a_run_whose_steady_steps_vary_is_noted_noisy(tmp_path, monkeypatch):
                      "benchmark.noisy_cv = 0.1)"]
     plain = next(r for r in summary["figures"]["table"] if (r["recipe"], r["run"]) == ("moe_reduced", "plain"))
     assert plain["noisy"] and plain["cv"] == pytest.approx(0.3536, abs=1e-4)
+
+
+def test_the_noisy_flag_and_the_cost_are_judged_from_the_recorded_runs(tmp_path, monkeypatch):
+    """Rule judge on the measured.json of a run with a spread of 0.354: a noisy_cv of 0.5 flags nothing, a
+    doubled price doubles both costs, and cost: false leaves a sentence."""
+    from qwen3_pilot.stages import judge
+
+    def times(recipe, variant, settings):
+        usual = recorded_times(recipe, variant, settings)
+        return usual[:2] + [0.2, 0.4, 0.2] if (recipe, variant) == ("moe_reduced", "plain") else usual
+
+    first, _ = run_stage(tmp_path, monkeypatch, times=times)
+
+    def rejudged(**judging):
+        return judge.run(stage="benchmark", judging={"noisy_cv": 0.1, "cost": True, "price_per_hour": 36.0, **judging},
+                         measured_path=tmp_path / "measured.json", summary_path=tmp_path / "summary.json")
+
+    calm = rejudged(noisy_cv=0.5)
+    assert not any(row["noisy"] for row in calm["figures"]["table"]) and calm["figures"]["noisy_cv"] == 0.5
+    assert not any(note.startswith("NOISY") for note in calm["notes"])
+    dearer = rejudged(price_per_hour=72.0)
+    for before, after in zip(first["figures"]["cost"], dearer["figures"]["cost"], strict=True):
+        assert after["per_million_tokens"] == pytest.approx(2 * before["per_million_tokens"])
+        assert after["warmup"] == pytest.approx(2 * before["warmup"])
+    assert rejudged(cost=False)["figures"]["cost"] == "not asked for (benchmark.cost)"
+    assert first["figures"]["table"] == rejudged()["figures"]["table"]
 
 
 # ---- the benchmark against a baseline (changes.py): timings apart, settings and runs compared ----

@@ -16,6 +16,6 @@ with StageRun.of_job(snakemake) as stage_run:
         corpus_dir=Path(snakemake.input.corpus),
         ranks_summary=Path(snakemake.input.ranks),
         out_dir=Path(snakemake.output.runs),
-        summary_path=Path(snakemake.output.summary),
+        measured_path=Path(snakemake.output.measured),
         log_path=stage_run.log_path,
     )

@@ -39,11 +39,11 @@ def _finite(values) -> list[float]:
 
 
 def steady_state(
-    steps: list[dict[str, Any]], *, warmup: int, ranks: int, peak_flops_per_rank: float, noisy_cv: float,
+    steps: list[dict[str, Any]], *, warmup: int, ranks: int, peak_flops_per_rank: float,
 ) -> dict[str, Any]:
-    """The steady phase's figures: step time (median, p10, p90, coefficient of variation, flagged noisy
-    above `noisy_cv`), tokens/s per rank (torchtitan's throughput is per rank) and per instance, TFLOPS and
-    MFU per rank, peak memory per rank over the whole run, and the share of step time spent waiting for data."""
+    """The steady phase's figures: step time (median, p10, p90, coefficient of variation), tokens/s per rank
+    (torchtitan's throughput is per rank) and per instance, TFLOPS and MFU per rank, peak memory per rank over
+    the whole run, and the share of step time spent waiting for data."""
     warm, steady = split_phases(steps, warmup)
     times = _finite(s["step_time_s"] for s in steady)
     if not times:
@@ -60,8 +60,6 @@ def steady_state(
             "median": statistics.median(times), "p10": percentile(times, 10), "p90": percentile(times, 90),
             "mean": mean, "cv": cv,
         },
-        "noisy": cv > noisy_cv,
-        "noisy_cv_threshold": noisy_cv,
         "tokens_per_s_per_rank": tokens_per_rank,
         "tokens_per_s_per_instance": tokens_per_rank * ranks,
         "tflops_per_rank": tflops,
@@ -147,14 +145,14 @@ def logged_at(metrics_lines: list[dict[str, Any]], step: int) -> float:
 
 def run_figures(
     steps: list[dict[str, Any]], metrics_lines: list[dict[str, Any]], started_at: float, *, warmup: int,
-    ranks: int, peak_flops_per_rank: float, noisy_cv: float,
+    ranks: int, peak_flops_per_rank: float,
 ) -> dict[str, Any]:
     """One benchmark run: time to the end of step 1 from the launch (startup and compilation included),
     the warm-up phase's length, the steady state, and each step's time with its phase."""
     return {
         "time_to_step1_s": logged_at(metrics_lines, 1) - started_at,
         "warmup_phase_s": logged_at(metrics_lines, warmup) - started_at,
-        **steady_state(steps, warmup=warmup, ranks=ranks, peak_flops_per_rank=peak_flops_per_rank, noisy_cv=noisy_cv),
+        **steady_state(steps, warmup=warmup, ranks=ranks, peak_flops_per_rank=peak_flops_per_rank),
         "per_step": [{"step": s["step"], "step_time_s": s["step_time_s"],
                       "phase": "warm-up" if s["step"] <= warmup else "steady"}
                      for s in sorted(steps, key=lambda s: s["step"])],
@@ -193,7 +191,7 @@ def table_row(recipe: str, variant: str, run: dict[str, Any]) -> dict[str, Any]:
         "recipe": recipe, "run": variant, "time_to_step1_s": run["time_to_step1_s"],
         "warmup_steps_s": run["warmup_step_time_s"], "warmup_phase_s": run["warmup_phase_s"],
         "steady_steps": run["steady_steps"], "median_step_s": times["median"],
-        "p10_s": times["p10"], "p90_s": times["p90"], "cv": times["cv"], "noisy": run["noisy"],
+        "p10_s": times["p10"], "p90_s": times["p90"], "cv": times["cv"],
         "tokens_per_s_per_rank": run["tokens_per_s_per_rank"],
         "tokens_per_s_per_instance": run["tokens_per_s_per_instance"],
         "tflops_per_rank": run["tflops_per_rank"], "mfu_pct": run["mfu_pct"],

@@ -34,7 +34,8 @@ FIGURE_KINDS: dict[str, dict[str, str]] = {
     "benchmark": {
         # Settings and counts: what was measured, not how fast.
         **dict.fromkeys(("warmup_steps", "measured_steps", "ranks", "compile_backend", "peak_flops_source",
-                         "table.steady_steps", "cost.price_per_hour"), STABLE),
+                         "table.steady_steps", "cost.price_per_hour", "noisy_cv", "eager_compiles"),
+                        STABLE),
         # The sentences written instead of a table when no recipe compiles, replaces kernels or has a price.
         **dict.fromkeys(("compile", "kernels", "cost"), STABLE),
         # cpu: the slowest rank's matmul throughput, measured in verify_ranks (neuron: a published constant).

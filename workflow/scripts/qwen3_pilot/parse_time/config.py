@@ -171,13 +171,14 @@ TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "se
 GATED_STAGES = ("train_native", "train_hf")
 # The stages that measure and leave their judging to rule judge (measured.json -> summary.json): a threshold,
 # tolerance or reason edit re-judges their figures without training or measuring again.
-JUDGED_STAGES = ("train_hf", "train_native", "moe_reduced", "export_reload", "kernel_numerics")
+JUDGED_STAGES = ("train_hf", "train_native", "moe_reduced", "export_reload", "kernel_numerics", "benchmark")
 # The keys of a measuring stage's own config section that only its judge reads: the measuring rule's params
 # leave them out (stage_measuring), the judge's hold them (stage_judging).
 JUDGING_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "export_reload": (("logits_tolerance",), ("min_argmax_agreement",)),
     "kernel_numerics": (("rope", "tolerances"), ("moe", "tolerances"), ("train", "tiny_model_loss_tolerance"),
                         ("compile", "tolerances")),
+    "benchmark": (("noisy_cv",), ("cost",), ("price_per_hour",)),
 }
 
 
@@ -220,7 +221,7 @@ def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
     """What rule judge holds one stage's measured figures to, as its params. For a training stage: the
     loaded-weights gate with this recipe's control band (GATED_STAGES), the reasons of its accepted differences,
     and kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one). For
-    export_reload and kernel_numerics: their sections' JUDGING_KEYS, nested as in the config."""
+    export_reload, kernel_numerics and the benchmark: their sections' JUDGING_KEYS, nested as in the config."""
     if stage in JUDGING_KEYS:
         judging_keys: dict[str, Any] = {}
         for *parents, leaf in JUDGING_KEYS[stage]:

@@ -1,7 +1,9 @@
 """Stage benchmark: per configured recipe, warm-up and steady state measured apart in one trainer run; with
 kernel replacements the same run without them; for the compile recipes the same run under torch.compile
 with an empty compile cache, then with the cache that run left (and, where eager mode compiles too, the eager
-run with an empty cache of its own); cost per million tokens from a given price."""
+run with an empty cache of its own): measured.json. Its judge (judge_benchmark, in rule judge) flags the noisy
+steady phases and prices the steady state and the warm-up, so that an edit to benchmark.noisy_cv or the price
+measures nothing again."""
 
 from __future__ import annotations
 
@@ -39,16 +41,16 @@ STAGE = "benchmark"
 def run(
     *, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], moe: dict[str, Any],
     kernels: dict[str, list[dict[str, str]]], settings: dict[str, Any], cache_root: str, checkpoint_dir: Path,
-    corpus_dir: Path, ranks_summary: Path, out_dir: Path, summary_path: Path, log_path: Path,
+    corpus_dir: Path, ranks_summary: Path, out_dir: Path, measured_path: Path, log_path: Path,
 ) -> dict[str, Any]:
-    from ..summary import StageSummary
+    from ..summary import StageMeasurement
 
     backend = usable_backend(STAGE, backend_config, cache_root)
     peak = ranks_peak_flops(ranks_summary)
     warmup, measured = settings["warmup_steps"], settings["measured_steps"]
     bench_training = {**training, "steps": warmup + measured}
     vocab_size = read_checkpoint_values(checkpoint_dir)["vocab_size"]
-    table, step_times, compiled, kernel_rows, costs, artifacts = [], [], [], [], [], []
+    table, step_times, compiled, kernel_rows, artifacts = [], [], [], [], []
     for name in settings["recipes"]:
         folder = out_dir / name
         folder.mkdir(parents=True, exist_ok=True)
@@ -70,7 +72,7 @@ def run(
             )
             lines = [json.loads(line) for line in (run_dir / METRICS_FILE).read_text().splitlines()]
             runs[variant] = run_figures(steps, lines, launch.started_at, warmup=warmup, ranks=backend.ranks_per_node,
-                                        peak_flops_per_rank=peak, noisy_cv=settings["noisy_cv"])
+                                        peak_flops_per_rank=peak)
             table.append({**table_row(name, variant, runs[variant]), "launch_wall_s": round(launch.wall_s, 2)})
             step_times += [{"recipe": name, "run": variant, **step} for step in runs[variant]["per_step"]]
             artifacts += [recipe_path, run_dir / METRICS_FILE]
@@ -82,18 +84,11 @@ def run(
                              **compile_effect(runs["eager"], runs["compiled_cold"], runs["compiled_warm"]),
                              "time_to_step1_s_cold": runs["compiled_cold"]["time_to_step1_s"],
                              "time_to_step1_s_warm": runs["compiled_warm"]["time_to_step1_s"]})
-        if settings["cost"]:
-            eager = runs["eager"]
-            costs.append({"recipe": name, **cost(settings["price_per_hour"], eager["tokens_per_s_per_instance"],
-                                                 eager["warmup_phase_s"])})
-    notes = [f"NOISY: {row['recipe']} ({row['run']}): steady step time varies by {row['cv']:.0%} (coefficient of "
-             f"variation above benchmark.noisy_cv = {settings['noisy_cv']})" for row in table if row["noisy"]]
-    notes += [f"COMPILE CACHE: {row['recipe']}: the warm-cache compiled run reached step 1 in "
+    notes = [f"COMPILE CACHE: {row['recipe']}: the warm-cache compiled run reached step 1 in "
               f"{row['time_to_step1_s_warm']:.1f} s, not below the cold one's {row['time_to_step1_s_cold']:.1f} s"
               for row in compiled if not row["warm_below_cold"]]
-    summary = StageSummary(
+    measurement = StageMeasurement(
         stage=STAGE,
-        status="pass",
         backend=backend.name,
         figures={
             "table": table,
@@ -106,29 +101,49 @@ def run(
             "peak_flops_per_rank": peak,
             "peak_flops_source": backend.peak_flops_source,
             "compile_backend": backend.compile_backend,
-            "cost": costs or "not asked for (benchmark.cost)",
+            "eager_compiles": backend.eager_compiles,
         },
         notes=notes,
-        proves=(
-            f"What a step of each recipe cost on this machine's {backend.expected_ranks} {backend.name} ranks in "
+    )
+    measurement.add_artifacts(artifacts)
+    return measurement.write(measured_path)
+
+
+def judge_benchmark(stage: str, figures: dict[str, Any], judging: dict[str, Any], backend: str) -> dict[str, Any]:
+    """The benchmark's measured runs judged (rule judge): each steady phase flagged noisy above
+    benchmark.noisy_cv, and with benchmark.cost the eager runs priced at benchmark.price_per_hour. Fills
+    `figures`; returns proves, does_not_prove and the notes of the noisy runs."""
+    noisy_cv = judging["noisy_cv"]
+    for row in figures["table"]:
+        row["noisy"] = row["cv"] > noisy_cv
+    figures["noisy_cv"] = noisy_cv
+    figures["cost"] = [
+        {"recipe": row["recipe"],
+         **cost(judging["price_per_hour"], row["tokens_per_s_per_instance"], row["warmup_phase_s"])}
+        for row in figures["table"] if row["run"] == "eager"
+    ] if judging["cost"] else "not asked for (benchmark.cost)"
+    warmup, measured, ranks = figures["warmup_steps"], figures["measured_steps"], figures["ranks"]
+    return {
+        "notes": [f"NOISY: {row['recipe']} ({row['run']}): steady step time varies by {row['cv']:.0%} (coefficient "
+                  f"of variation above benchmark.noisy_cv = {noisy_cv})" for row in figures["table"] if row["noisy"]],
+        "proves": (
+            f"What a step of each recipe cost on this machine's {ranks} {backend} ranks in "
             f"this run: time to the end of step 1 (startup and compilation included), each of {warmup} warm-up "
             f"steps, and over {measured} steady steps the median, p10, p90 and spread of the step time, tokens/s, "
             "TFLOPS and MFU against the peak named here, peak memory per rank and the share of time spent waiting "
             "for data; compiled against eager with an empty and a warm compile cache; replaced kernels against "
             "plain. The compile cost at step 1 (compiled cold - eager) compares "
             + ("two cold runs: the eager run compiles too and starts from an empty compile cache of its own."
-               if backend.eager_compiles else "the cold compiled run with an eager run, which compiles nothing.")
+               if figures["eager_compiles"] else "the cold compiled run with an eager run, which compiles nothing.")
         ),
-        does_not_prove=(
+        "does_not_prove": (
             ("A CPU step time predicts nothing about a trn2, and MFU here is against a measured CPU matmul peak. "
-             if backend.name == "cpu" else "")
+             if backend == "cpu" else "")
             + "The reduced MoE is not Qwen3-30B-A3B. The runs start from random init, so the figures say nothing "
             "about loss. One run per variant: a figure that moves by less than its run's spread (p10 to p90) "
             "between two reports is noise, not a change."
         ),
-    )
-    summary.add_artifacts(artifacts)
-    return summary.write(summary_path)
+    }
 
 
 def compile_cache(backend, folder: Path, variant: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Rule judge: a measuring stage's figures (its measured.json) held to the configured thresholds, into the
-stage's summary.json: the training stages (stages/train.py, stages/moe_reduced.py), export_reload and
-kernel_numerics. Apart from measuring, so that an edit to a gate threshold, a tolerance or an accepted
+stage's summary.json: the training stages (stages/train.py, stages/moe_reduced.py), export_reload,
+kernel_numerics and the benchmark. Apart from measuring, so that an edit to a gate threshold, a tolerance or an accepted
 difference's reason re-judges the recorded figures in a second instead of training or measuring again (on a
 trn2: a compile and a run per stage)."""
 
@@ -15,6 +15,7 @@ from ..stage_progress import record_measured
 from ..summary import StageSummary
 from ..titan.parity import with_reasons
 from ..training import TrainingError, loaded_weights_gate, replaced_against_plain, replacement_proves
+from .benchmark import judge_benchmark
 from .export_reload import judge_export_reload
 from .kernel_numerics.judging import judge_kernel_numerics
 
@@ -26,8 +27,9 @@ def run(*, stage: str, judging: dict[str, Any], measured_path: Path, summary_pat
     # into them in place (a judge that adds a figure records it itself).
     record_measured(**figures)
     verdict = JUDGES[stage](stage, figures, judging, measured["backend"])
+    notes = [*measured["notes"], *verdict.pop("notes", [])]
     summary = StageSummary(
-        stage=stage, status="pass", backend=measured["backend"], figures=figures, notes=measured["notes"],
+        stage=stage, status="pass", backend=measured["backend"], figures=figures, notes=notes,
         # The work's own span: judging takes a moment and is not what the report times.
         started=measured["started"], ended=measured["ended"],
         artifacts=[*measured["artifacts"], describe_artifact(measured_path)], **verdict,
@@ -100,4 +102,5 @@ def judge_moe_reduced(stage: str, figures: dict[str, Any], judging: dict[str, An
 
 
 JUDGES = {"train_hf": judge_recipe, "train_native": judge_recipe, "moe_reduced": judge_moe_reduced,
-          "export_reload": judge_export_reload, "kernel_numerics": judge_kernel_numerics}
+          "export_reload": judge_export_reload, "kernel_numerics": judge_kernel_numerics,
+          "benchmark": judge_benchmark}
