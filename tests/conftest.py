@@ -186,8 +186,9 @@ def started_ahead(body: Callable[[Path, Path], None]):
     finished, on a copy of its own, while the main thread goes through the other tests that read the finished
     run; the test itself (ordered last) waits for its body and fails with its error. The machine's two cores
     are otherwise half idle in that part of the session: each of those tests is mostly one Snakemake process.
-    `body(copy_of_run, scratch)` takes no fixtures (pytest's are not made for threads) and leaves the process's
-    environment alone (os.environ is the main thread's too)."""
+    Two bodies run at a time: the longest (the killed runs) alone took as long as all the main thread's tests on
+    the finished run. `body(copy_of_run, scratch)` takes no fixtures (pytest's are not made for threads) and
+    leaves the process's environment alone (os.environ is the main thread's too)."""
     key = (body.__module__, body.__name__)
     AHEAD[key] = body
 
@@ -246,11 +247,15 @@ def plan_once(monkeypatch):
     monkeypatch.setattr(rank_plan, "run_plan_subprocess", cached)
 
 
-# The e2e tests' config: 2 gloo ranks, the offline corpus, a small fixture.
+# The e2e tests' config: 2 gloo ranks, the offline corpus, a small fixture. kernel_numerics compiles its replaced
+# model with aot_eager (Dynamo and AOTAutograd through the custom ops, as inductor sees them) instead of inductor,
+# whose cold C++ build took 35 s of the shared run on 2 cores: inductor is the benchmark's compile backend here,
+# and `make report` runs kernel_numerics with it.
 SMALL = {
     "ranks": 2,
     "fixture": {"steps": 120, "num_hidden_layers": 2},
     "benchmark": {"warmup_steps": 2, "measured_steps": 5},
+    "kernel_numerics": {"compile": {"backend": "aot_eager"}},
 }
 
 
@@ -390,7 +395,7 @@ def pipeline_started(request, tmp_path_factory):
     ahead = ahead_bodies(request.session.items)
     scratch = {key: tmp_path_factory.mktemp(key[1][:30]) for key in ahead}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline") as pool, \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="ahead") as ahead_pool:
+            ThreadPoolExecutor(max_workers=2, thread_name_prefix="ahead") as ahead_pool:
         pipeline, ending = pool.submit(make_pipeline_run, root), threading.Event()
         bodies = {key: ahead_pool.submit(run_body_ahead, AHEAD[key], pipeline, scratch[key], ending)
                   for key in ahead}

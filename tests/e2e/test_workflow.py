@@ -92,6 +92,8 @@ def test_kernel_numerics_table_counts_and_training(completed_run):
     assert figures["replacement_counts"]["dense"]["rope_hf"] > 0
     assert figures["seq_len_rule"]["bad"]["raised"]
     assert figures["replaced_model_trains"]
+    compiled = figures["compile"]
+    assert compiled["backend"] == "aot_eager" and compiled["models"]["dense"]["verdict"] == "pass"  # conftest.SMALL
 
 
 def test_moe_reduced_counts_parameters_and_router_load(completed_run):

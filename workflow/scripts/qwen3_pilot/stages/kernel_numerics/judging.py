@@ -85,6 +85,7 @@ def judge_kernel_numerics(stage: str, figures: dict[str, Any], judging: dict[str
     if problems:
         raise NumericsError("kernel_numerics failed:\n  - " + "\n  - ".join(problems))
     installed, lnc = figures["implementations"], figures["seq_len_rule"]["lnc"]
+    compile_backends = ", ".join(sorted({model["backend"] for model in figures["compile"]["models"].values()}))
     return {
         "proves": (
             f"On the {figures['device']} device, the RoPE replacement (the op qwen3_pilot::rope_hf in HF layout "
@@ -94,7 +95,7 @@ def judge_kernel_numerics(stage: str, figures: dict[str, Any], judging: dict[str
             "loop, in float32 and bfloat16 over the shapes listed, within the tolerances listed; the replacement "
             "converters replaced exactly one module per layer; a model built with them trains to the same "
             "losses as without them"
-            + ("; torch.compile gives the eager result" if figures["compile"]["models"] else "")
+            + (f"; torch.compile ({compile_backends}) gives the eager result" if compile_backends else "")
             + f"; a seq len that breaks the kernel's multiple-of-128 x LNC={lnc} rule is refused with a clear error."
         ),
         "does_not_prove": (
