@@ -61,3 +61,37 @@ def test_the_launch_command_carries_no_setting_only_the_recipe_function_and_fold
     assert tail == ["--module", "qwen3_pilot.titan.in_ranks.recipes", "--config", "qwen3_hf", "--dump_folder",
                     str(tmp_path / "run")]
     assert Path(env["QWEN3_PILOT_RECIPE"]) == (tmp_path / "recipe.json").resolve()
+
+
+def test_a_relaunch_runs_the_recorded_launch_into_scratch_with_its_changes(tmp_path, monkeypatch):
+    """training.relaunch: the recorded command and environment again, the dump folder, rank logs and the files
+    the ranks write moved to the scratch folder, the recipe changes and added environment over the recorded
+    ones, and torchrun's ranks per node replaced when asked (a one-rank failure case)."""
+    from qwen3_pilot import training
+    from qwen3_pilot.paths import RunFolder
+
+    backend = make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
+    stage_dir = tmp_path / "results" / "train_hf"
+    stage_dir.mkdir(parents=True)
+    hf_run(tmp_path).write(stage_dir / "recipe.json")
+    command, env = trainer_launch(backend, 2, "qwen3_hf", stage_dir / "recipe.json", stage_dir / "run",
+                                  rank_log_dir=tmp_path / "logs" / "ranks")
+    record = RunFolder(tmp_path).launch_record("train_hf", "run")
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"command": command, "env": {**env, "KEPT": "1"}}))
+    launched = {}
+    monkeypatch.setattr(training, "run_torchrun", lambda command, env, **kwargs: launched.update(
+        command=command, env=env, **kwargs) or "launched")
+
+    scratch = tmp_path / "scratch"
+    assert training.relaunch(tmp_path, "train_hf", "run", scratch, recipe_changes={"steps": 1},
+                             added_env={"ADDED": "2"}, ranks_per_node=1) == "launched"
+    assert launched["command"][launched["command"].index("--dump_folder") + 1] == str(scratch / "run")
+    assert f"--log-dir={scratch / 'ranks'}" in launched["command"] and "--nproc-per-node=1" in launched["command"]
+    assert "--nproc-per-node=2" not in launched["command"]
+    assert (launched["env"]["KEPT"], launched["env"]["ADDED"]) == ("1", "2")
+    relaunched = TrainerRun.read(Path(launched["env"]["QWEN3_PILOT_RECIPE"]))
+    assert relaunched.steps == 1 and relaunched.parity_path == str(scratch / "parity.json")
+    assert relaunched.replace(steps=10, parity_path=str((tmp_path / "parity.json").resolve())) == hf_run(tmp_path)
+    training.relaunch(tmp_path, "train_hf", "run", scratch)  # ranks per node as recorded
+    assert "--nproc-per-node=2" in launched["command"]

@@ -132,12 +132,14 @@ def launch(
 
 def relaunch(
     workdir: Path, stage: str, name: str, scratch: Path, *, recipe_changes: dict[str, Any] | None = None,
-    added_env: dict[str, str] | None = None,
+    added_env: dict[str, str] | None = None, ranks_per_node: int | None = None,
 ) -> Launch:
     """A trainer launch a stage recorded (results/<stage>/<name>/launch.json) run again by hand with the stages'
     own launcher, its dump folder, rank logs, recipe and parity table moved to `scratch` so that the stage's
     outputs stay as Snakemake wrote them: `recipe_changes` over the recorded TrainerRun (e.g. {"steps": 1}),
-    `added_env` over the recorded environment."""
+    `added_env` over the recorded environment, `ranks_per_node` over torchrun's --nproc-per-node (a failure that
+    every rank meets on its own, such as a missing tensor, shows on one rank at half the start-up cost; the
+    global batch stays, torchtitan accumulating gradients over it)."""
     record = json.loads(RunFolder(workdir).launch_record(stage, name).read_text())
     run = TrainerRun.read(Path(record["env"][RECIPE_ENV]))
     # Every file the ranks write outside the dump folder, moved too: the stage's own stay as it recorded them.
@@ -151,6 +153,9 @@ def relaunch(
     # torchrun's --log-dir (every backend sets one), moved too: its error files name a failing rank.
     rank_logs = scratch / "ranks" if any(arg.startswith("--log-dir=") for arg in command) else None
     command = [f"--log-dir={rank_logs}" if arg.startswith("--log-dir=") else arg for arg in command]
+    if ranks_per_node is not None:
+        command = [f"--nproc-per-node={ranks_per_node}" if arg.startswith("--nproc-per-node=") else arg
+                   for arg in command]
     env = {**record["env"], **(added_env or {}), RECIPE_ENV: str(recipe_path)}
     with contextlib.chdir(workdir):  # the recorded command's paths are relative to the workflow's folder
         return run_torchrun(command, env, log_path=scratch / f"{name}.log", pid_dir=scratch / name,
