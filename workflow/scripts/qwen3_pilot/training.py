@@ -138,8 +138,10 @@ def relaunch(
     own launcher, its dump folder, rank logs, recipe and parity table moved to `scratch` so that the stage's
     outputs stay as Snakemake wrote them: `recipe_changes` over the recorded TrainerRun (e.g. {"steps": 1}),
     `added_env` over the recorded environment, `ranks_per_node` over torchrun's --nproc-per-node (a failure that
-    every rank meets on its own, such as a missing tensor, shows on one rank at half the start-up cost; the
-    global batch stays, torchtitan accumulating gradients over it)."""
+    every rank meets on its own, such as a missing tensor, shows on one rank at half the start-up cost). On
+    fewer ranks torchtitan accumulates gradients to the same global batch size, but the data loader hands out
+    other samples: a loss is then not comparable with the recorded run's (measured: 5.832 on one rank against
+    5.804 recorded on two, at step 1)."""
     record = json.loads(RunFolder(workdir).launch_record(stage, name).read_text())
     run = TrainerRun.read(Path(record["env"][RECIPE_ENV]))
     # Every file the ranks write outside the dump folder, moved too: the stage's own stay as it recorded them.
