@@ -206,15 +206,22 @@ def stage_training(config: dict[str, Any], *stages: str) -> dict[str, Any]:
     return key_sorted(part)
 
 
+def split_by_judging_keys(config: dict[str, Any], stage: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Config section `stage` in two halves: without the keys its judge reads (JUDGING_KEYS), and those keys
+    alone, nested as in the config; each key-sorted."""
+    measuring: dict[str, Any] = copy.deepcopy(config[stage])
+    judging: dict[str, Any] = {}
+    for *parents, leaf in JUDGING_KEYS[stage]:
+        source, target = measuring, judging
+        for part in parents:
+            source, target = source[part], target.setdefault(part, {})
+        target[leaf] = source.pop(leaf)
+    return key_sorted(measuring), key_sorted(judging)
+
+
 def stage_measuring(config: dict[str, Any], stage: str) -> dict[str, Any]:
     """Config section `stage` without the keys its judge reads (JUDGING_KEYS), as the measuring rule's params."""
-    settings = copy.deepcopy(config[stage])
-    for *parents, leaf in JUDGING_KEYS[stage]:
-        section = settings
-        for part in parents:
-            section = section[part]
-        del section[leaf]
-    return key_sorted(settings)
+    return split_by_judging_keys(config, stage)[0]
 
 
 def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
@@ -223,13 +230,7 @@ def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
     and kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one). For
     export_reload, kernel_numerics and the benchmark: their sections' JUDGING_KEYS, nested as in the config."""
     if stage in JUDGING_KEYS:
-        judging_keys: dict[str, Any] = {}
-        for *parents, leaf in JUDGING_KEYS[stage]:
-            source, target = config[stage], judging_keys
-            for part in parents:
-                source, target = source[part], target.setdefault(part, {})
-            target[leaf] = copy.deepcopy(source[leaf])
-        return key_sorted(judging_keys)
+        return split_by_judging_keys(config, stage)[1]
     judging: dict[str, Any] = {}
     if stage in GATED_STAGES:
         gate = config["training"]["gate"]
