@@ -1,8 +1,8 @@
 """Rule judge: a measuring stage's figures (its measured.json) held to the configured thresholds, into the
 stage's summary.json: the training stages (stages/train.py, stages/moe_reduced.py), export_reload,
-kernel_numerics and the benchmark. Apart from measuring, so that an edit to a gate threshold, a tolerance or an accepted
-difference's reason re-judges the recorded figures in a second instead of training or measuring again (on a
-trn2: a compile and a run per stage)."""
+kernel_numerics and the benchmark. Apart from measuring, so that an edit to a gate threshold, a tolerance or an
+accepted difference's reason re-judges the recorded figures in a second instead of training or measuring again
+(on a trn2: a compile and a run per stage)."""
 
 from __future__ import annotations
 
@@ -23,10 +23,12 @@ from .kernel_numerics.judging import judge_kernel_numerics
 def run(*, stage: str, judging: dict[str, Any], measured_path: Path, summary_path: Path) -> dict[str, Any]:
     measured = json.loads(measured_path.read_text())
     figures = dict(measured["figures"])
-    # A failed judgment's record keeps every measured figure, with the tolerances and verdicts the judges fill
-    # into them in place (a judge that adds a figure records it itself).
-    record_measured(**figures)
-    verdict = JUDGES[stage](stage, figures, judging, measured["backend"])
+    try:
+        verdict = JUDGES[stage](stage, figures, judging, measured["backend"])
+    finally:
+        # A failed judgment's record keeps every measured figure, with what the judge filled in or added up
+        # to its failure (a tolerance and verdict per row, the gate).
+        record_measured(**figures)
     notes = [*measured["notes"], *verdict.pop("notes", [])]
     summary = StageSummary(
         stage=stage, status="pass", backend=measured["backend"], figures=figures, notes=notes,
@@ -44,7 +46,6 @@ def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any], b
     gate, problems = loaded_weights_gate(loaded[0]["loss"], control[0]["loss"], figures["vocab_size"],
                                          judging["gate"])
     figures["gate"] = gate
-    record_measured(gate=gate)
     if problems:
         raise TrainingError(f"{stage}: loaded-weights gate failed:\n  - " + "\n  - ".join(problems))
     figures["parity"] = with_reasons(figures["parity"], judging["accepted_differences"])
