@@ -87,29 +87,36 @@ def test_the_rank_check_sees_world_size_two_across_two_hosts(two_hosts, tmp_path
 
 
 def test_a_native_training_run_spans_the_two_hosts(two_hosts, trained_run, tmp_path, monkeypatch):
-    from qwen3_pilot.stages.train import run
+    """The native recipe's trainer launch as the stage makes it (training.trainer_run, launch_and_read), over both
+    hosts: the stage's random-init control is the same launcher with another recipe (the shared run has it)."""
+    from qwen3_pilot.training import CONFIG_FUNCTIONS, launch_and_read, ranks_peak_flops, trainer_run
 
     for key, value in two_hosts.items():
         monkeypatch.setenv(key, value)
     config = default_config(SMALL, {"nodes": 2, "ranks": 1})
-    backend_keys, _ = two_node_backend(tmp_path, 29512)
+    _, backend = two_node_backend(tmp_path, 29512)
     results = trained_run / "results"
     out = tmp_path / "train_native"
-    measured = run(
-        stage="train_native", backend_config=backend_keys, dataset=config["data"]["dataset"],
-        training={**config["training"], "steps": 3}, kernels={"rules": []}, cache_root=str(tmp_path / "cache"),
-        checkpoint_dir=results / "fetch_weights" / "checkpoint", corpus_dir=results / "fetch_corpus" / "c4_test",
-        ranks_summary=results / "verify_ranks" / "summary.json", recipe_path=out / "recipe.json",
-        run_dir=out / "run", control_dir=out / "control", plain_dir=out / "plain", measured_path=out / "measured.json",
-        log_path=tmp_path / "train_native.log",
+    trainer = trainer_run(
+        stage="train_native", backend=backend, checkpoint=results / "fetch_weights" / "checkpoint",
+        corpus_dir=results / "fetch_corpus" / "c4_test", dataset=config["data"]["dataset"],
+        training={**config["training"], "steps": 3},
+        peak_flops_per_rank=ranks_peak_flops(results / "verify_ranks" / "summary.json"),
+        parity_path=out / "parity.json",
     )
-    assert measured["figures"]["ranks"] == 2 and measured["figures"]["steps_trained"] == 3, measured
+    launch, steps = launch_and_read("train_native", backend, trainer, config_function=CONFIG_FUNCTIONS["train_native"],
+                               recipe_path=out / "recipe.json", run_dir=out / "run",
+                               log_path=tmp_path / "train_native.log")
+    assert [step["step"] for step in steps] == [1, 2, 3] and backend.expected_ranks == 2
     assert config["training"]["global_batch_size"] == 2  # one sequence per rank, over both nodes
-    launch = (out / "run" / "launch.json").read_text()
-    assert "--nnodes=2" in launch and str(LAUNCHER) in launch
-    log = (tmp_path / "train_native.log").read_text()
-    # Each host's torchrun agent started one rank: global ranks 0 and 1 on different hosts.
-    assert log.count("--nproc-per-node=1") >= 2
+    recorded = (out / "run" / "launch.json").read_text()
+    assert "--nnodes=2" in recorded and "--nproc-per-node=1" in recorded and str(LAUNCHER) in recorded
+    # Each host's torchrun agent kept its own folder of rank logs (<run id>_<random>/attempt_0/<local rank>) and
+    # started one local rank; the two ranks were global ranks 0 and 1.
+    agents = list(Path(launch.rank_log_dir).iterdir())
+    assert len(agents) == 2 and all([p.name for p in (a / "attempt_0").iterdir()] == ["0"] for a in agents), agents
+    assert sorted(p.name.split(".")[1] for p in (out / "run" / "structured_logs").glob("*.jsonl")) == [
+        "global_rank_0", "global_rank_1"]
 
 
 def test_a_dry_run_for_two_trn2_nodes_shows_each_torchrun_stage_launching_on_both(workspace, monkeypatch):
