@@ -13,7 +13,7 @@ import subprocess
 from contextlib import contextmanager
 
 import pytest
-from conftest import output, run_snakemake, set_archive
+from conftest import AHEAD_ENV, output, run_snakemake, set_archive, started_ahead
 
 from qwen3_pilot.archive import MANIFEST
 from qwen3_pilot.artifacts import staging_dir, write_text
@@ -88,16 +88,20 @@ def results_on_a_small_disk(ws, free: int):
 
 
 @pytest.mark.e2e
+@started_ahead
 def test_a_full_disk_in_export_reload_fails_it_naming_the_path_and_the_plain_command_finishes_once_space_is_freed(
-        copy_of_run):
+        copy_of_run, _):
     """The run's results/ on a tmpfs with 1 MiB to spare, and export_reload forced (its old outputs removed first,
     as Snakemake does, before the space is measured): its first HF export (3 MB of safetensors) fills the disk.
     The stage fails naming the path and the error, leaves no summary and no export folder a later stage could
     take as finished, and the failed run's report says so; with space freed, the plain command finishes."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root and mount for a tmpfs")
     stage = copy_of_run / "results" / "export_reload"
     shutil.rmtree(stage)
     with results_on_a_small_disk(copy_of_run, free=1 << 20) as free_space:
-        failed = run_snakemake(copy_of_run, "--cores", "1", "--forcerun", "export_reload", "results/report.html")
+        failed = run_snakemake(copy_of_run, "--cores", "1", "--forcerun", "export_reload", "results/report.html",
+                               env=AHEAD_ENV)
         assert failed.returncode != 0
         log = (copy_of_run / "logs" / "export_reload" / "export_reload.log").read_text()
         assert "No space left on device" in log and "results/export_reload/" in log, log[-3000:]
@@ -108,7 +112,7 @@ def test_a_full_disk_in_export_reload_fails_it_naming_the_path_and_the_plain_com
         assert report["failed_run"] and export["status"] == "fail"
         assert "No space left on device" in export["figures"]["reason"], export["figures"]
         free_space()
-        passed = run_snakemake(copy_of_run, "--cores", "1", "results/report.html")
+        passed = run_snakemake(copy_of_run, "--cores", "1", "results/report.html", env=AHEAD_ENV)
         assert passed.returncode == 0, output(passed)[-3000:]
         report = json.loads((copy_of_run / "results" / "report.json").read_text())
         assert report["status"] == "pass", {s["stage"]: s["status"] for s in report["stages"]}
