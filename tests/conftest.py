@@ -226,6 +226,16 @@ def output(result: subprocess.CompletedProcess) -> str:
 _PLANS: dict[tuple, dict] = {}
 
 
+def plan_key(flavor, world_size, hbm_per_rank_gib, python=sys.executable, *, rank=0) -> tuple:
+    return flavor, world_size, hbm_per_rank_gib, python, rank
+
+
+def keep_plan(plan: dict, *args, **kwargs) -> None:
+    """A plan the real run_plan_subprocess made (test_rank_plan.py's), kept for plan_once's callers with the same
+    arguments."""
+    _PLANS.setdefault(plan_key(*args, **kwargs), copy.deepcopy(plan))
+
+
 @pytest.fixture
 def plan_once(monkeypatch):
     """qwen3_pilot.rank_plan.run_plan_subprocess computed once per session for each set of arguments (a
@@ -236,7 +246,7 @@ def plan_once(monkeypatch):
     real = rank_plan.run_plan_subprocess
 
     def cached(flavor, world_size, hbm_per_rank_gib, out_path, python=sys.executable, *, rank=0):
-        key = (flavor, world_size, hbm_per_rank_gib, python, rank)
+        key = plan_key(flavor, world_size, hbm_per_rank_gib, python, rank=rank)
         if key not in _PLANS:
             _PLANS[key] = real(flavor, world_size, hbm_per_rank_gib, out_path, python, rank=rank)
         else:

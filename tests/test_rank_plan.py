@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import keep_plan
 
 from qwen3_pilot.rank_plan import GIB, run_plan_subprocess
 
@@ -13,8 +14,11 @@ QWEN3_4B_PARAMS = 4_022_468_096
 
 @pytest.fixture(scope="module")
 def plan64(tmp_path_factory):
+    """The real subprocess's plan and file; the preflight tests after it reuse the plan (conftest.plan_once)."""
     out = tmp_path_factory.mktemp("plan64") / "plan.json"
-    return run_plan_subprocess("4B", 64, 24, out), out
+    plan = run_plan_subprocess("4B", 64, 24, out)
+    keep_plan(plan, "4B", 64, 24)
+    return plan, out
 
 
 def test_total_params_and_architecture(plan64):
