@@ -126,12 +126,12 @@ def test_moe_reduced_trains_with_both_kernels_one_per_layer_and_matches_the_plai
     assert stage_figures(completed_run, "train_native")["kernel_replacements"].startswith("none configured")
 
 
-def test_the_benchmark_measures_warmup_and_steady_state_compiled_and_plain_apart(completed_run):
+def test_the_benchmark_measures_warmup_and_steady_state_eager_and_compiled_apart(completed_run):
     stage = {s["stage"]: s for s in report(completed_run)["stages"]}["benchmark"]
     figures = stage["figures"]
     rows = {(row["recipe"], row["run"]): row for row in figures["table"]}
-    assert set(rows) == {("train_native", "eager"), ("train_native", "compiled_cold"),
-                         ("train_native", "compiled_warm"), ("moe_reduced", "eager"), ("moe_reduced", "plain")}
+    # conftest.SMALL benchmarks the native recipe only (tests/test_benchmark.py: moe_reduced's replaced and plain runs).
+    assert set(rows) == {("train_native", run) for run in ("eager", "compiled_cold", "compiled_warm")}
     for row in rows.values():
         assert row["time_to_step1_s"] > 0 and 0 < row["p10_s"] <= row["median_step_s"] <= row["p90_s"]
         assert row["tokens_per_s_per_instance"] == pytest.approx(2 * row["tokens_per_s_per_rank"])
@@ -146,8 +146,7 @@ def test_the_benchmark_measures_warmup_and_steady_state_compiled_and_plain_apart
     assert compiled["warm_below_cold"] == (not any(n.startswith("COMPILE CACHE") for n in stage["notes"]))
     assert compiled["compile_cost_at_step1_s"] == pytest.approx(
         rows[("train_native", "compiled_cold")]["time_to_step1_s"] - rows[("train_native", "eager")]["time_to_step1_s"])
-    [kernels] = figures["kernels"]
-    assert kernels["recipe"] == "moe_reduced" and kernels["median_step_s_plain"] > 0
+    assert figures["kernels"] == "no recipe with kernel replacements"
     assert figures["cost"].startswith("not asked for")
     assert "step time per step of each benchmarked recipe" in (completed_run / "results" / "report.html").read_text()
 
