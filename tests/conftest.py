@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -36,15 +37,19 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(PROJECT / ".cache" / "torch
 os.environ["SLURM_CONF"] = os.devnull
 
 
-def make_workspace(root: Path, overlay: dict | None = None) -> Path:
-    """Copies the workflow (not its results) into `root`; `overlay` is written as config/test.yaml."""
+def copy_workflow(source: Path, root: Path) -> None:
+    """The workflow's files (WORKFLOW_FILES) of `source` copied into `root`."""
     root.mkdir(parents=True, exist_ok=True)
     for name in WORKFLOW_FILES:
-        source = PROJECT / name
-        if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        if (source / name).is_dir():
+            shutil.copytree(source / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            shutil.copy2(source, root / name)
+            shutil.copy2(source / name, root / name)
+
+
+def make_workspace(root: Path, overlay: dict | None = None) -> Path:
+    """Copies the workflow (not its results) into `root`; `overlay` is written as config/test.yaml."""
+    copy_workflow(PROJECT, root)
     if overlay is not None:
         (root / "config" / "test.yaml").write_text(yaml.safe_dump(overlay))
     return root
@@ -177,20 +182,33 @@ def pytest_collection_modifyitems(items):
     items.sort(key=order)
 
 
-# Bodies of long tests that read the finished run (started_ahead), by (module, test name).
-AHEAD: dict[tuple[str, str], Callable[[Path, Path], None]] = {}
+@dataclass(frozen=True)
+class AheadBody:
+    """A started_ahead test's body and when it starts."""
+
+    body: Callable[[Path, Path], None]
+    # Once the shared run's training stages are done, on copy_finished_stages' copy (the body reruns one of them),
+    # instead of once the whole run is, on copy_run's.
+    once_trained: bool
 
 
-def started_ahead(body: Callable[[Path, Path], None]):
-    """A long test on the finished shared run whose body runs in a background thread as soon as the run has
-    finished, on a copy of its own, while the main thread goes through the other tests that read the finished
-    run; the test itself (ordered last) waits for its body and fails with its error. The machine's two cores
-    are otherwise half idle in that part of the session: each of those tests is mostly one Snakemake process.
-    Two bodies run at a time: the longest (the killed runs) alone took as long as all the main thread's tests on
-    the finished run. `body(copy_of_run, scratch)` takes no fixtures (pytest's are not made for threads) and
-    leaves the process's environment alone (os.environ is the main thread's too)."""
+# Bodies of long tests started in the background (started_ahead), by (module, test name).
+AHEAD: dict[tuple[str, str], AheadBody] = {}
+
+
+def started_ahead(body: Callable[[Path, Path], None] | None = None, *, once_trained: bool = False):
+    """A long test on the shared run whose body runs in a background thread, on a copy of its own, as soon as the
+    run has finished (`once_trained`: as soon as its training stages have), while the main thread goes through the
+    other tests; the test itself (ordered last) waits for its body and fails with its error. The machine's two
+    cores are otherwise partly idle in that part of the session: each of those tests is mostly one Snakemake
+    process, and so is the shared run between its launches. Two bodies run at a time, those started once trained
+    first: the longest (the killed runs) alone took as long as all the main thread's tests on the finished run.
+    `body(copy_of_run, scratch)` takes no fixtures (pytest's are not made for threads) and leaves the process's
+    environment alone (os.environ is the main thread's too)."""
+    if body is None:
+        return functools.partial(started_ahead, once_trained=once_trained)
     key = (body.__module__, body.__name__)
-    AHEAD[key] = body
+    AHEAD[key] = AheadBody(body, once_trained)
 
     def test(run_ahead):
         run_ahead[key].result()
@@ -201,9 +219,10 @@ def started_ahead(body: Callable[[Path, Path], None]):
 
 
 def ahead_bodies(items) -> list[tuple[str, str]]:
-    """The started_ahead bodies of the selected tests, in their order."""
+    """The started_ahead bodies of the selected tests in the order they start: those started once trained
+    first (they would otherwise wait behind a body that waits for the whole run), then in the tests' order."""
     keys = [(item.module.__name__, item.originalname) for item in items if "run_ahead" in item.fixturenames]
-    return [key for key in keys if key in AHEAD]
+    return sorted((key for key in keys if key in AHEAD), key=lambda key: not AHEAD[key].once_trained)
 
 
 # The environment the started_ahead bodies give the processes they start (venv_env as the session began): a
@@ -211,11 +230,16 @@ def ahead_bodies(items) -> list[tuple[str, str]]:
 AHEAD_ENV = venv_env()
 
 
-def run_body_ahead(body: Callable[[Path, Path], None], pipeline: Future, scratch: Path, ending) -> None:
-    run = pipeline.result()
+def run_body_ahead(ahead: AheadBody, shared: SharedRun, scratch: Path, ending) -> None:
+    if ahead.once_trained:
+        for stage in TRAINING_STAGES:
+            shared.stage_done(stage)
+    else:
+        shared.future.result()
     if ending.is_set():  # the session ended early (pytest -x, Ctrl-C): the test will not be reached
         return
-    body(copy_run(run.workspace, scratch / "ws"), scratch)
+    copy = copy_finished_stages if ahead.once_trained else copy_run
+    ahead.body(copy(shared.workspace, scratch / "ws"), scratch)
 
 
 def output(result: subprocess.CompletedProcess) -> str:
@@ -409,10 +433,10 @@ def pipeline_started(request, tmp_path_factory):
     scratch = {key: tmp_path_factory.mktemp(key[1][:30]) for key in ahead}
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline") as pool, \
             ThreadPoolExecutor(max_workers=2, thread_name_prefix="ahead") as ahead_pool:
-        pipeline, ending = pool.submit(make_pipeline_run, root), threading.Event()
-        bodies = {key: ahead_pool.submit(run_body_ahead, AHEAD[key], pipeline, scratch[key], ending)
-                  for key in ahead}
-        yield SharedRun(shared_workspace(root), pipeline, bodies)
+        shared, ending = SharedRun(shared_workspace(root), pool.submit(make_pipeline_run, root), {}), threading.Event()
+        for key in ahead:
+            shared.ahead[key] = ahead_pool.submit(run_body_ahead, AHEAD[key], shared, scratch[key], ending)
+        yield shared
         ending.set()
 
 
@@ -463,6 +487,28 @@ def copy_run(run: Path, copy: Path) -> Path:
 
     with SHARED_RUN_EDIT:
         shutil.copytree(run, copy, symlinks=True, ignore=skip_caches)
+    return copy
+
+
+def copy_finished_stages(run: Path, copy: Path) -> Path:
+    """A copy of the shared run while it runs, for a body that reruns a finished stage: the workflow; the folder
+    of every stage finished so far (its summary's sha256 record, written last, in place); and from the others only
+    the files recorded whole (a sha256 record beside them), such as the package stamps that pin_env's own summary,
+    run later, collects. Snakemake's metadata, the logs, the caches and anything half-written stay behind:
+    Snakemake in the copy finds the finished results up to date by their times alone (it says that their
+    metadata is missing) and reruns only what it is told to."""
+    with SHARED_RUN_EDIT:
+        copy_workflow(run, copy)
+        for stage in sorted((run / "results").iterdir()):
+            if (stage / "summary.json.sha256").exists():
+                shutil.copytree(stage, copy / "results" / stage.name, symlinks=True)
+                continue
+            for folder, _, names in os.walk(stage):  # os.walk passes over a folder that a running stage renames
+                for record in sorted(Path(folder) / name for name in names if name.endswith(".sha256")):
+                    for path in (record.with_suffix(""), record):
+                        target = copy / path.relative_to(run)
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copy2(path, target)
     return copy
 
 

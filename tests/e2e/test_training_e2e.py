@@ -76,7 +76,7 @@ def failed_relaunch(ws, stage, tmp_path, *, recipe=None, env=None, ranks_per_nod
     return launch.output() + (launch.rank_error() or "")
 
 
-@started_ahead
+@started_ahead(once_trained=True)
 def test_a_tensor_of_the_wrong_shape_fails_the_stage_and_is_named(copy_of_run, _):
     weights = copy_of_run / CHECKPOINT / "model.safetensors"
     key = first_key(weights, "mlp.gate_proj.weight")
@@ -132,7 +132,7 @@ def test_weights_without_the_pretraining_fail_the_loaded_weights_gate(trained_ru
     assert passed == [] and len(problems) == 1 and "the weights did not load" in problems[0], (figures, problems)
 
 
-@started_ahead
+@started_ahead(once_trained=True)
 def test_a_native_model_with_another_rope_theta_fails_before_training(copy_of_run, _):
     config_path = copy_of_run / CHECKPOINT / "config.json"
     config = json.loads(config_path.read_text())
