@@ -78,8 +78,9 @@ def test_mfu_against_the_backends_peak():
 
 # Time to the end of step 1 of each run of the recorded stage: the warm-cache compiled run not faster.
 STEP1 = {"eager": 9.0, "plain": 8.0, "compiled_cold": 30.0, "compiled_warm": 31.0}
-SETTINGS = {"recipes": ["train_native", "moe_reduced"], "compile_recipes": ["train_native"], "warmup_steps": 2,
-            "measured_steps": 3, "noisy_cv": 0.1, "cost": True, "price_per_hour": 36.0}
+SETTINGS = {"recipes": ["train_native", "moe_reduced"], "compile_recipes": ["train_native"],
+            "compile_backend": "default", "warmup_steps": 2, "measured_steps": 3, "noisy_cv": 0.1, "cost": True,
+            "price_per_hour": 36.0}
 ROPE = {"kernel": "rope_hf", "layers": "*", "module": "attention.rope"}
 
 
@@ -178,6 +179,16 @@ def test_the_stage_measures_each_run_and_says_when_the_warm_cache_was_not_faster
     assert eager["warmup_phase_s"] == pytest.approx(9.5)
     assert cost_rows["train_native"]["warmup"] == pytest.approx(36.0 / 3600 * 9.5)
     assert len(figures["step_times"]) == 5 * 5
+
+
+def test_a_named_compile_backend_compiles_the_compiled_runs_and_the_summary_names_it(tmp_path, monkeypatch):
+    """benchmark.compile_backend: aot_eager (the test config's) instead of the cpu backend's inductor."""
+    summary, launched = run_stage(tmp_path, monkeypatch, settings={**SETTINGS, "compile_backend": "aot_eager"})
+    assert {name: run["recipe"]["compile_backend"] for name, run in launched.items()} == {
+        "train_native-eager": None, "train_native-compiled_cold": "aot_eager",
+        "train_native-compiled_warm": "aot_eager", "moe_reduced-eager": None, "moe_reduced-plain": None}
+    assert summary["figures"]["compile_backend"] == "aot_eager"
+    assert "compiled (aot_eager) against eager" in summary["proves"]
 
 
 def test_where_eager_compiles_the_eager_run_starts_from_an_empty_compile_cache_of_its_own(tmp_path, monkeypatch):

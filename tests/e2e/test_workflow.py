@@ -141,6 +141,7 @@ def test_the_benchmark_measures_warmup_and_steady_state_eager_and_compiled_apart
         phases = [s["phase"] for s in figures["step_times"] if (s["recipe"], s["run"]) == (recipe, run)]
         assert phases == ["warm-up"] * 2 + ["steady"] * 5
     [compiled] = figures["compile"]
+    assert figures["compile_backend"] == "aot_eager"  # conftest.SMALL
     # Measured, not asserted: when the warm cache did not reach step 1 first, the report says so.
     assert compiled["recipe"] == "train_native"
     assert compiled["warm_below_cold"] == (not any(n.startswith("COMPILE CACHE") for n in stage["notes"]))

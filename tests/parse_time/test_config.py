@@ -120,6 +120,9 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
         (lambda c: c.update(backend="neuron", ranks=64) or c["training"].update(attention="flex"),
          "training.attention = 'flex': flex attention compiles with inductor and Triton, which the neuron backend "
          "does not have; allowed on neuron: 'sdpa'"),
+        (lambda c: c.update(backend="neuron", ranks=64) or c["benchmark"].update(compile_backend="aot_eager"),
+         "benchmark.compile_backend = 'aot_eager': the neuron backend compiles with its own (torch-neuronx's); "
+         "allowed on neuron: 'default'"),
         (lambda c: c["benchmark"].update(cost=True),
          "benchmark.price_per_hour = null: benchmark.cost is true and needs the instance's price per hour"),
         (lambda c: c["benchmark"].update(compile_recipes=["moe_reduced"], recipes=["train_native"]),

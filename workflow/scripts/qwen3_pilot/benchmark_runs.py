@@ -103,17 +103,24 @@ def run_changes(compile_backend: str | None) -> dict[str, Any]:
     return {"use_checkpoint": False, "compile_backend": compile_backend}
 
 
+def compile_backend(settings: dict[str, Any], backends_own: str) -> str:
+    """torch.compile's backend in the compiled runs: benchmark.compile_backend, or for "default" the backend's own
+    (Backend.compile_backend)."""
+    return backends_own if settings["compile_backend"] == "default" else settings["compile_backend"]
+
+
 def variants(
-    recipe: str, rules: list[dict[str, str]], settings: dict[str, Any], compile_backend: str
+    recipe: str, rules: list[dict[str, str]], settings: dict[str, Any], backends_own: str
 ) -> list[tuple[str, list, str | None]]:
     """The runs of one benchmarked recipe: (name, kernel replacements, torch.compile backend or None for eager).
-    Eager with the recipe's kernel replacements; plain without them, when it has any; compiled with a cold and
-    then a warm compile cache, for the compile recipes. Used by the stage and by the preflight."""
+    Eager with the recipe's kernel replacements; plain without them, when it has any; compiled (compile_backend)
+    with a cold and then a warm compile cache, for the compile recipes. Used by the stage and by the preflight."""
     runs: list[tuple[str, list, str | None]] = [("eager", rules, None)]
     if rules:
         runs.append(("plain", [], None))
     if recipe in settings["compile_recipes"]:
-        runs += [("compiled_cold", rules, compile_backend), ("compiled_warm", rules, compile_backend)]
+        compiled_with = compile_backend(settings, backends_own)
+        runs += [("compiled_cold", rules, compiled_with), ("compiled_warm", rules, compiled_with)]
     return runs
 
 

@@ -102,6 +102,9 @@ def config_problems(config: dict[str, Any]) -> list[str]:
     if bench["cost"] and bench["price_per_hour"] is None:
         problems.append("benchmark.price_per_hour = null: benchmark.cost is true and needs the instance's price per "
                         "hour (no built-in price is claimed)")
+    if config["backend"] == "neuron" and bench["compile_backend"] != "default":
+        problems.append(f"benchmark.compile_backend = {bench['compile_backend']!r}: the neuron backend compiles "
+                        "with its own (torch-neuronx's); allowed on neuron: 'default'")
     outside = [r for r in bench["compile_recipes"] if r not in bench["recipes"]]
     if outside:
         problems.append(f"benchmark.compile_recipes = {bench['compile_recipes']}: {', '.join(outside)} not in "

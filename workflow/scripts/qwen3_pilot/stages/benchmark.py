@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..benchmark_runs import (
+    compile_backend,
     compile_cache_folder,
     compile_effect,
     cost,
@@ -55,13 +56,13 @@ def run(
         folder = out_dir / name
         folder.mkdir(parents=True, exist_ok=True)
         runs: dict[str, dict[str, Any]] = {}
-        for variant, replacements, compile_backend in variants(name, kernels[name], settings, backend.compile_backend):
+        for variant, replacements, compiled_with in variants(name, kernels[name], settings, backend.compile_backend):
             recipe_path, run_dir, launch_name = run_paths(out_dir, name, variant)
             trainer = trainer_run(
                 stage=name, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
                 training=bench_training, peak_flops_per_rank=peak, parity_path=folder / PARITY_FILE,
                 replacements=replacements, lnc=backend_config["neuron"]["lnc"],
-            ).replace(**run_changes(compile_backend))
+            ).replace(**run_changes(compiled_with))
             if name == "moe_reduced":
                 spec = model_spec(moe, moe["width"], vocab_size, training["seq_len"])
                 trainer = trainer.replace(**reduced_moe_changes(spec, run_dir / ROUTER_LOAD_FILE))
@@ -100,7 +101,7 @@ def run(
             "ranks": backend.expected_ranks,
             "peak_flops_per_rank": peak,
             "peak_flops_source": backend.peak_flops_source,
-            "compile_backend": backend.compile_backend,
+            "compile_backend": compile_backend(settings, backend.compile_backend),
             "eager_compiles": backend.eager_compiles,
         },
         notes=notes,
@@ -131,7 +132,8 @@ def judge_benchmark(stage: str, figures: dict[str, Any], judging: dict[str, Any]
             f"this run: time to the end of step 1 (startup and compilation included), each of {warmup} warm-up "
             f"steps, and over {measured} steady steps the median, p10, p90 and spread of the step time, tokens/s, "
             "TFLOPS and MFU against the peak named here, peak memory per rank and the share of time spent waiting "
-            "for data; compiled against eager with an empty and a warm compile cache; replaced kernels against "
+            f"for data; compiled ({figures['compile_backend']}) against eager with an empty and a warm compile "
+            "cache; replaced kernels against "
             "plain. The compile cost at step 1 (compiled cold - eager) compares "
             + ("two cold runs: the eager run compiles too and starts from an empty compile cache of its own."
                if figures["eager_compiles"] else "the cold compiled run with an eager run, which compiles nothing.")
