@@ -190,25 +190,30 @@ class AheadBody:
     # Once the shared run's training stages are done, on copy_finished_stages' copy (the body reruns one of them),
     # instead of once the whole run is, on copy_run's.
     once_trained: bool
+    # The shared workspace itself, not a copy: the body only reads it (it relaunches recorded launches into its
+    # scratch folder).
+    in_place: bool
 
 
 # Bodies of long tests started in the background (started_ahead), by (module, test name).
 AHEAD: dict[tuple[str, str], AheadBody] = {}
 
 
-def started_ahead(body: Callable[[Path, Path], None] | None = None, *, once_trained: bool = False):
-    """A long test on the shared run whose body runs in a background thread, on a copy of its own, as soon as the
-    run has finished (`once_trained`: as soon as its training stages have), while the main thread goes through the
-    other tests; the test itself (ordered last) waits for its body and fails with its error. The machine's two
-    cores are otherwise partly idle in that part of the session: each of those tests is mostly one Snakemake
-    process, and so is the shared run between its launches. Two bodies run at a time, those started once trained
-    first: the longest (the killed runs) alone took as long as all the main thread's tests on the finished run.
-    `body(copy_of_run, scratch)` takes no fixtures (pytest's are not made for threads) and leaves the process's
-    environment alone (os.environ is the main thread's too)."""
+def started_ahead(body: Callable[[Path, Path], None] | None = None, *, once_trained: bool = False,
+                  in_place: bool = False):
+    """A long test on the shared run whose body runs in a background thread, on a copy of its own (`in_place`:
+    on the shared workspace, which it only reads), as soon as the run has finished (`once_trained`: as soon as its
+    training stages have), while the main thread goes through the other tests; the test itself (ordered last)
+    waits for its body and fails with its error. The machine's two cores are otherwise partly idle in that part
+    of the session: each of those tests is mostly one Snakemake process or one launch, and so is the shared run
+    between its launches. Two bodies run at a time, those started once trained first: the longest (the killed
+    runs) alone took as long as all the main thread's tests on the finished run. `body(workspace, scratch)` takes
+    no fixtures (pytest's are not made for threads) and leaves the process's environment alone (os.environ is the
+    main thread's too: the processes a body starts inherit it, so no test sets a variable a launch would read)."""
     if body is None:
-        return functools.partial(started_ahead, once_trained=once_trained)
+        return functools.partial(started_ahead, once_trained=once_trained, in_place=in_place)
     key = (body.__module__, body.__name__)
-    AHEAD[key] = AheadBody(body, once_trained)
+    AHEAD[key] = AheadBody(body, once_trained, in_place)
 
     def test(run_ahead):
         run_ahead[key].result()
@@ -237,6 +242,9 @@ def run_body_ahead(ahead: AheadBody, shared: SharedRun, scratch: Path, ending) -
     else:
         shared.future.result()
     if ending.is_set():  # the session ended early (pytest -x, Ctrl-C): the test will not be reached
+        return
+    if ahead.in_place:
+        ahead.body(shared.workspace, scratch)
         return
     copy = copy_finished_stages if ahead.once_trained else copy_run
     ahead.body(copy(shared.workspace, scratch / "ws"), scratch)

@@ -86,13 +86,13 @@ def test_the_rank_check_sees_world_size_two_across_two_hosts(two_hosts, tmp_path
     assert f"{LAUNCHER} " in log and "--nnodes=2" in log and "--rdzv-endpoint=10.77.0.1:29511" in log
 
 
-def test_a_native_training_run_spans_the_two_hosts(two_hosts, trained_run, tmp_path, monkeypatch):
+def test_a_native_training_run_spans_the_two_hosts(two_hosts, trained_run, tmp_path):
     """The native recipe's trainer launch as the stage makes it (training.trainer_run, launch_and_read), over both
-    hosts: the stage's random-init control is the same launcher with another recipe (the shared run has it)."""
+    hosts: the stage's random-init control is the same launcher with another recipe (the shared run has it). The
+    hosts' variables reach the launch as its own environment, not os.environ: started_ahead bodies relaunch
+    meanwhile, and a rank of theirs given GLOO_SOCKET_IFNAME=pilot0 would find no such interface."""
     from qwen3_pilot.training import CONFIG_FUNCTIONS, launch_and_read, ranks_peak_flops, trainer_run
 
-    for key, value in two_hosts.items():
-        monkeypatch.setenv(key, value)
     config = default_config(SMALL, {"nodes": 2, "ranks": 1})
     _, backend = two_node_backend(tmp_path, 29512)
     results = trained_run / "results"
@@ -106,7 +106,7 @@ def test_a_native_training_run_spans_the_two_hosts(two_hosts, trained_run, tmp_p
     )
     launch, steps = launch_and_read("train_native", backend, trainer, config_function=CONFIG_FUNCTIONS["train_native"],
                                recipe_path=out / "recipe.json", run_dir=out / "run",
-                               log_path=tmp_path / "train_native.log")
+                               log_path=tmp_path / "train_native.log", extra_env=two_hosts)
     assert [step["step"] for step in steps] == [1, 2, 3] and backend.expected_ranks == 2
     assert config["training"]["global_batch_size"] == 2  # one sequence per rank, over both nodes
     recorded = (out / "run" / "launch.json").read_text()

@@ -170,9 +170,11 @@ def test_each_cpu_workaround_is_needed(trained_run, tmp_path, stage, workaround,
     assert error in text, text[-3000:]
 
 
-def test_flex_attention_in_the_hf_recipe_fails_on_cpu(trained_run, tmp_path):
-    """Why training.attention is sdpa: torchtitan's transformers backend routes attention through flex."""
-    text = failed_relaunch(trained_run, "train_hf", tmp_path, recipe={"attention": "flex"}, ranks_per_node=1)
+@started_ahead(once_trained=True, in_place=True)
+def test_flex_attention_in_the_hf_recipe_fails_on_cpu(trained_run, scratch):
+    """Why training.attention is sdpa: torchtitan's transformers backend routes attention through flex. (In the
+    background: 25-60 s, most of it inductor compiling flex attention before the backward fails.)"""
+    text = failed_relaunch(trained_run, "train_hf", scratch, recipe={"attention": "flex"}, ranks_per_node=1)
     assert "FlexAttention does not support backward on CPU" in text, text[-3000:]
 
 
@@ -190,7 +192,8 @@ def test_a_replacement_pattern_that_is_not_one_per_layer_fails_moe_reduced(train
     assert named in text, text[-3000:]
 
 
-def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(trained_run, tmp_path):
+@started_ahead(once_trained=True, in_place=True)
+def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(trained_run, scratch):
     """The native recipe's launch again with the rope_hf replacement (trn2's setting): one replacement per
     layer in its log, and the losses of the shared run's plain recipe, from the same weights and batches. The
     stage's own comparison with its plain twin is the moe_reduced stage's, in the shared run."""
@@ -198,13 +201,13 @@ def test_rope_replaced_in_the_native_recipe_trains_like_the_plain_recipe(trained
 
     moe_recipe = json.loads((trained_run / "results" / "moe_reduced" / "recipe.json").read_text())
     rope = [rule for rule in moe_recipe["replacements"] if rule["kernel"] == "rope_hf"]  # kernels.rules.rope_hf
-    launch = relaunch(trained_run, "train_native", "run", tmp_path / "relaunch",
+    launch = relaunch(trained_run, "train_native", "run", scratch / "relaunch",
                       recipe_changes={"replacements": rope})
     assert launch.returncode == 0, launch.output()[-3000:]
     # What the stage checks in its launch log: one replacement per layer, none elsewhere.
     checked = replacement_check("train_native", launch, rope, n_layers=2)
     assert checked["per_kernel"]["rope_hf"]["modules"] == ["layers.0.attention.rope", "layers.1.attention.rope"]
-    replaced = [step["loss"] for step in read_steps(tmp_path / "relaunch" / "run" / "metrics.jsonl")]
+    replaced = [step["loss"] for step in read_steps(scratch / "relaunch" / "run" / "metrics.jsonl")]
     plain = [step["loss"] for step in json.loads(
         (trained_run / "results" / "train_native" / "summary.json").read_text())["figures"]["steps"]]
     assert len(replaced) == 10 and max(abs(a - b) for a, b in zip(replaced, plain, strict=True)) <= 1e-4

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import started_ahead
 
 from qwen3_pilot.tools.titan_compat import INSTALLED, RECIPE_STAGES, Torchtitan, markdown, matrix
 
@@ -15,8 +16,11 @@ WHEEL = os.environ.get("TORCHTITAN_0_2_2_WHEEL")
 
 
 @pytest.mark.torchrun
-@pytest.mark.skipif(not WHEEL, reason="TORCHTITAN_0_2_2_WHEEL names no wheel (.ci/run downloads torchtitan 0.2.2)")
-def test_0_3_0_trains_every_recipe_and_0_2_2_is_refused(trained_run):
+@started_ahead(once_trained=True, in_place=True)
+def test_0_3_0_trains_every_recipe_and_0_2_2_is_refused(trained_run, _):
+    """(In the background: three launches and two API probes, about 55 CPU-seconds.)"""
+    if not WHEEL:
+        pytest.skip("TORCHTITAN_0_2_2_WHEEL names no wheel (.ci/run downloads torchtitan 0.2.2)")
     stages = [trained_run / "results" / stage for stage in RECIPE_STAGES.values()]
     before = {path: path.read_bytes() for stage in stages for path in stage.rglob("*") if path.is_file()}
     rows = matrix(trained_run, [Torchtitan(INSTALLED, None), Torchtitan("pypi-0.2.2", Path(WHEEL))], steps=2)
