@@ -209,7 +209,8 @@ def started_ahead(body: Callable[[Path, Path], None] | None = None, *, once_trai
     between its launches. Two bodies run at a time, those started once trained first: the longest (the killed
     runs) alone took as long as all the main thread's tests on the finished run. `body(workspace, scratch)` takes
     no fixtures (pytest's are not made for threads) and leaves the process's environment alone (os.environ is the
-    main thread's too: the processes a body starts inherit it, so no test sets a variable a launch would read)."""
+    main thread's too, and the processes a body starts inherit it: a Snakemake started by a body gets AHEAD_ENV,
+    and the two-host test hands its hosts' variables to its own launch instead of setting them)."""
     if body is None:
         return functools.partial(started_ahead, once_trained=once_trained, in_place=in_place)
     key = (body.__module__, body.__name__)

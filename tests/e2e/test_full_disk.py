@@ -18,8 +18,9 @@ from conftest import AHEAD_ENV, output, run_snakemake, set_archive, started_ahea
 from qwen3_pilot.archive import MANIFEST
 from qwen3_pilot.artifacts import staging_dir, write_text
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None,
-                                reason="needs root and mount for a tmpfs")
+NO_TMPFS = os.geteuid() != 0 or shutil.which("mount") is None
+# The started_ahead bodies below skip themselves too: they start whatever the markers of their tests say.
+pytestmark = pytest.mark.skipif(NO_TMPFS, reason="needs root and mount for a tmpfs")
 
 
 @pytest.fixture
@@ -95,7 +96,7 @@ def test_a_full_disk_in_export_reload_fails_it_naming_the_path_and_the_plain_com
     as Snakemake does, before the space is measured): its first HF export (3 MB of safetensors) fills the disk.
     The stage fails naming the path and the error, leaves no summary and no export folder a later stage could
     take as finished, and the failed run's report says so; with space freed, the plain command finishes."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
+    if NO_TMPFS:
         pytest.skip("needs root and mount for a tmpfs")
     stage = copy_of_run / "results" / "export_reload"
     shutil.rmtree(stage)
@@ -126,7 +127,7 @@ def test_a_full_disk_at_the_archive_destination_fails_naming_the_path_and_no_man
     """The archive's destination on a 1 MiB tmpfs: the copy fills it and `snakemake archive` fails naming the file
     and the error; no manifest is written there (the manifest is what says an archive is complete). With room, the
     same command archives the run."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
+    if NO_TMPFS:
         pytest.skip("needs root and mount for a tmpfs")
     destination = scratch / "archive"
     set_archive(copy_of_run, destination=str(destination))
