@@ -238,8 +238,7 @@ AHEAD_ENV = venv_env()
 
 def run_body_ahead(ahead: AheadBody, shared: SharedRun, scratch: Path, ending) -> None:
     if ahead.once_trained:
-        for stage in TRAINING_STAGES:
-            shared.stage_done(stage)
+        shared.trained()
     else:
         shared.future.result()
     if ending.is_set():  # the session ended early (pytest -x, Ctrl-C): the test will not be reached
@@ -415,7 +414,7 @@ class SharedRun:
 
     workspace: Path
     future: Future
-    # The started_ahead tests' bodies, each started once the run has finished.
+    # The started_ahead tests' bodies, each started once the run has finished or its training stages have.
     ahead: dict[tuple[str, str], Future]
 
     def stage_done(self, stage: str) -> Path:
@@ -426,6 +425,12 @@ class SharedRun:
                 self.future.result()  # the run's own failure, if it failed
                 assert record.exists(), f"the shared run ended without {record}"
             time.sleep(0.5)
+        return self.workspace
+
+    def trained(self) -> Path:
+        """Waits until the training stages (TRAINING_STAGES, run first) have written their summaries."""
+        for stage in TRAINING_STAGES:
+            self.stage_done(stage)
         return self.workspace
 
 
@@ -454,9 +459,7 @@ def pipeline_started(request, tmp_path_factory):
 def trained_run(pipeline_started) -> Path:
     """The shared run's workspace once its training stages are done (TRAINING_STAGES, run first), while the rest
     of the DAG may still run: for tests that only read those stages' records and inputs and write elsewhere."""
-    for stage in TRAINING_STAGES:
-        pipeline_started.stage_done(stage)
-    return pipeline_started.workspace
+    return pipeline_started.trained()
 
 
 @pytest.fixture(scope="session")
