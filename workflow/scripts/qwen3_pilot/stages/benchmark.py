@@ -133,8 +133,7 @@ def judge_benchmark(stage: str, figures: dict[str, Any], judging: dict[str, Any]
             f"steps, and over {measured} steady steps the median, p10, p90 and spread of the step time, tokens/s, "
             "TFLOPS and MFU against the peak named here, peak memory per rank and the share of time spent waiting "
             f"for data; compiled ({figures['compile_backend']}) against eager with an empty and a warm compile "
-            "cache; replaced kernels against "
-            "plain. The compile cost at step 1 (compiled cold - eager) compares "
+            "cache; replaced kernels against plain. The compile cost at step 1 (compiled cold - eager) compares "
             + ("two cold runs: the eager run compiles too and starts from an empty compile cache of its own."
                if figures["eager_compiles"] else "the cold compiled run with an eager run, which compiles nothing.")
         ),
