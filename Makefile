@@ -72,21 +72,25 @@ lock-check: $(VENV)/.installed
 	sed -i 's|--output-file=.venv/cpu.lock.check|--output-file=envs/cpu.lock|' .venv/cpu.lock.check
 	diff -u envs/cpu.lock .venv/cpu.lock.check || (echo "envs/cpu.lock is not what envs/cpu.txt resolves to: run make lock" >&2; exit 1)
 
-# On a trn2 (Ubuntu with the Neuron DLAMI's OS packages): the Neuron stack as AWS ships it for the SDK release
-# envs/neuron-sdk.toml names, into .venv-neuron: envs/neuron.txt (or envs/neuron.lock once made) from AWS's
-# repository and PyTorch's CPU index, the TorchTitan Neuron fork cloned into vendor/ and installed editable,
-# this project; each command printed before it runs, the installed stack against the release at the end.
-NEURON_PYTHON ?= python3.12
+# On a trn2: the Neuron SDK release that $(TRN2_CONFIG) names (neuron.sdk, envs/neuron-sdk/<release>.toml) as AWS
+# ships it, into .venv-neuron. The machine is checked first (/etc/os-release, the Python): on the release's DLAMI
+# the venv is built on AWS's venv, elsewhere on a supported OS from the standalone wheels with NEURON_PYTHON;
+# anything else is refused, naming what it found. Then the release's pip components and envs/neuron.txt (or the
+# release's lock once made) from AWS's repository and PyTorch's CPU index, the TorchTitan Neuron fork cloned into
+# vendor/ and installed editable, this project; each step printed before it runs, the installed stack against
+# the release at the end. Standard library only: it runs with the machine's python3.
+NEURON_SDK ?= $(shell sed -n 's/^  sdk: *"\{0,1\}\([0-9.]*\)"\{0,1\}.*/\1/p' $(TRN2_CONFIG))
+NEURON_PYTHON ?= python3
 NEURON_VENV ?= .venv-neuron
 NEURON_PY ?= $(NEURON_VENV)/bin/python
 install-neuron:
-	test -x $(NEURON_PY) || $(NEURON_PYTHON) -m venv $(NEURON_VENV)
-	PYTHONPATH=workflow/scripts $(NEURON_PY) -m qwen3_pilot.neuron_stack install --python $(NEURON_PY)
+	PYTHONPATH=workflow/scripts $(NEURON_PYTHON) -m qwen3_pilot.neuron_stack --sdk $(NEURON_SDK) install \
+		--venv $(NEURON_VENV) --python $(NEURON_PYTHON) $(ARGS)
 
-# On the trn2 after install-neuron: envs/neuron.lock (pip-tools, hashes from AWS's and PyTorch's indexes too);
-# commit it, and the next install-neuron installs from it.
+# On the trn2 after install-neuron: envs/neuron-sdk/<release>.lock (pip-tools, hashes from AWS's and PyTorch's
+# indexes too); commit it, and the next install-neuron installs from it.
 lock-neuron:
-	PYTHONPATH=workflow/scripts $(NEURON_PY) -m qwen3_pilot.neuron_stack lock
+	PYTHONPATH=workflow/scripts $(NEURON_PY) -m qwen3_pilot.neuron_stack --sdk $(NEURON_SDK) lock --venv $(NEURON_VENV)
 
 # The recipes on other torchtitans (recipe x torchtitan -> works / fails, why), in the finished cpu run here
 # (make report first): TORCHTITANS="LABEL=PATH ..." with PATH a folder holding a torchtitan package (e.g.

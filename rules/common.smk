@@ -20,7 +20,12 @@ from qwen3_pilot.parse_time.config import (
     stage_kernel_rules,
     stage_training,
 )
-from qwen3_pilot.neuron_stack import STACK_FILE, fork_head_files, fork_pins, read_stack
+from qwen3_pilot.neuron_stack import (
+    fork_head_files,
+    read_release,
+    release_pins,
+    StackError,
+)
 from qwen3_pilot.paths import HERE
 from qwen3_pilot.pins import installed_version, read_pins
 from qwen3_pilot.stages import STAGES, UPSTREAM, skipped_stages
@@ -43,12 +48,23 @@ if (
     print(STALE_LOCK, file=sys.stderr)
 PINS_FILE = f"envs/{BACKEND}.txt"
 PINS = read_pins(Path(workflow.basedir) / PINS_FILE)
-if BACKEND == "neuron":
-    # TorchTitan Neuron comes from a git clone, not an index: its pin is the stack file's (envs/neuron-sdk.toml).
-    NEURON_STACK = read_stack(Path(workflow.basedir) / STACK_FILE)
-    PINS = {**PINS, **fork_pins(NEURON_STACK)}
-# Every package of the environment with its hashes (make lock); the neuron backend's is made on the instance.
+# Every package of the environment with its hashes (make lock); the neuron backend's is the SDK release's, made
+# on an instance.
 LOCK_FILE = f"envs/{BACKEND}.lock"
+# OS packages a stage depends on, {name: the release's version}; the stages that run on the device depend on
+# DEVICE_PACKAGES too, and verify_ranks on RANK_CHECK_PACKAGES (neuron-ls). None of them exists on cpu.
+OS_PINS, DEVICE_PACKAGES, RANK_CHECK_PACKAGES = {}, (), ()
+if BACKEND == "neuron":
+    # The SDK release's file pins its pip components, OS packages and the TorchTitan Neuron fork (git, no index).
+    try:
+        NEURON_STACK = read_release(config["neuron"]["sdk"], Path(workflow.basedir))
+    except StackError as error:
+        raise ValueError(str(error)) from None
+    PINS = {**PINS, **release_pins(NEURON_STACK)}
+    OS_PINS = NEURON_STACK.os_packages
+    DEVICE_PACKAGES = (*NEURON_STACK.python, *NEURON_STACK.system)
+    RANK_CHECK_PACKAGES = tuple(NEURON_STACK.tools)
+    LOCK_FILE = NEURON_STACK.lock_file
 
 
 def get_lock_file():
@@ -68,6 +84,32 @@ def get_installed(wildcards):
     return installed_version(wildcards.package)
 
 
+def get_os_pin(wildcards):
+    return OS_PINS[wildcards.package]
+
+
+def get_os_installed(wildcards):
+    """The OS package's version on the host that parses (one instance: the instance; under SLURM the login
+    node, where it is usually absent: the stamp job on an instance is what checks it).
+    """
+    from qwen3_pilot.backends.neuron import read_os_packages
+
+    return read_os_packages([wildcards.package])[wildcards.package]
+
+
+def get_source(wildcards):
+    """Where the fork comes from on neuron (its git URL and ref: a release that moves the ref reruns its stamp
+    before any install); nothing for a package from an index."""
+    if BACKEND == "neuron" and wildcards.package == NEURON_STACK.fork.distribution:
+        return NEURON_STACK.fork.source
+    return ""
+
+
+def get_sdk_release():
+    """pin_env's record of the whole Neuron stack names the release; nothing on cpu."""
+    return NEURON_STACK.release if BACKEND == "neuron" else None
+
+
 def get_git_head(wildcards):
     """The fork clone's HEAD for the fork's stamp on neuron (a new commit reruns it); nothing otherwise."""
     if BACKEND == "neuron" and wildcards.package == NEURON_STACK.fork.distribution:
@@ -77,10 +119,13 @@ def get_git_head(wildcards):
 
 def pin_stamps(*packages):
     """The per-package stamps a stage depends on: a bump of any other pin leaves the stage cached."""
-    missing = [p for p in packages if p not in PINS]
+    missing = [p for p in packages if p not in PINS and p not in OS_PINS]
     if missing:
         raise ValueError(f"{PINS_FILE}: no pin for {', '.join(missing)}")
-    return [f"results/pin_env/packages/{p}.json" for p in packages]
+    return [
+        f"results/pin_env/{'os_packages' if p in OS_PINS else 'packages'}/{p}.json"
+        for p in dict.fromkeys(packages)
+    ]
 
 
 def get_corpus_source():
@@ -156,14 +201,18 @@ def get_launch_message(stage, module):
 
 
 def get_backend_config():
-    """The keys a backend is built from; rules pass only these, so other config edits leave them cached."""
-    return {key: config[key] for key in BACKEND_CONFIG_KEYS}
+    """The keys a backend is built from; rules pass only these, so other config edits leave them cached. Not
+    neuron.sdk: the release reaches the stages through the stamps of the components it moves.
+    """
+    backend = {key: config[key] for key in BACKEND_CONFIG_KEYS}
+    backend["neuron"] = {k: v for k, v in backend["neuron"].items() if k != "sdk"}
+    return backend
 
 
 # Training stages: what every torchrun stage reads, and the pins each recipe depends on.
 def train_inputs(*packages):
     return {
-        "stamps": pin_stamps(*packages, *BACKEND_PACKAGES),
+        "stamps": pin_stamps(*packages, *DEVICE_PACKAGES),
         "checkpoint": "results/fetch_weights/checkpoint",
         "weights": "results/fetch_weights/summary.json",
         "corpus": "results/fetch_corpus/c4_test",
@@ -172,10 +221,6 @@ def train_inputs(*packages):
         "ranks": "results/verify_ranks/summary.json",
     }
 
-
-# On neuron the stages that run torch on the device depend on the Neuron framework, compiler and NKI pins
-# too (none of them exists on cpu): a bump reruns them.
-BACKEND_PACKAGES = tuple(p for p in ("torch-neuronx", "neuronx-cc", "nki") if p in PINS)
 
 MOE_PACKAGES = ("torch", "torchtitan", "tokenizers")
 TRAIN_PACKAGES = {

@@ -22,15 +22,38 @@ rule pin_package:
     params:
         pinned=get_pin,
         installed=get_installed,
+        source=get_source,
     script:
         "../workflow/scripts/pin_package.py"
+
+
+# One stamp per OS package of the Neuron SDK release (driver, runtime, collectives, tools), on an instance (the
+# packages are the instance's, not the login node's): the release's version against the installed one. Its
+# params hold that package's release version only, so switching the release reruns the stamps of the packages
+# that moved, and the stages that run on them.
+rule pin_os_package:
+    output:
+        "results/pin_env/os_packages/{package}.json",
+    log:
+        "logs/pin_env/os_packages/{package}.log",
+    wildcard_constraints:
+        package="[a-z0-9._-]+",
+    conda:
+        SOFTWARE_ENV
+    resources:
+        **get_instance_resources(nodes=1),
+    params:
+        pinned=get_os_pin,
+        installed=get_os_installed,
+    script:
+        "../workflow/scripts/pin_os_package.py"
 
 
 # The whole environment for the report: every pin, Python, the platform and, on neuron, the driver,
 # runtime and compiler versions.
 rule pin_env:
     input:
-        stamps=expand("results/pin_env/packages/{package}.json", package=sorted(PINS)),
+        stamps=pin_stamps(*sorted(PINS), *sorted(OS_PINS)),
         # A new lock reruns pin_env and the report only: the stages take the per-package stamps.
         lock=get_lock_file(),
     output:
@@ -46,5 +69,6 @@ rule pin_env:
     params:
         backend=get_backend_config(),
         pins_file=PINS_FILE,
+        sdk_release=get_sdk_release(),
     script:
         "../workflow/scripts/pin_env.py"

@@ -4,7 +4,7 @@
 
 rule verify_ranks:
     input:
-        pin_stamps("torch", "torchtitan"),
+        pin_stamps("torch", "torchtitan", *DEVICE_PACKAGES, *RANK_CHECK_PACKAGES),
     output:
         ranks=directory("results/verify_ranks/ranks"),
         plan="results/verify_ranks/plan.json",

@@ -160,7 +160,7 @@ rule moe_reduced:
 # RoPE and MoE-experts kernels against torchtitan's PyTorch modules; the replaced model trains and compiles.
 rule kernel_numerics:
     input:
-        stamps=pin_stamps("torch", "torchtitan", *BACKEND_PACKAGES),
+        stamps=pin_stamps("torch", "torchtitan", *DEVICE_PACKAGES),
     output:
         measured="results/kernel_numerics/measured.json",
     log:

@@ -25,18 +25,19 @@ from qwen3_pilot.pins import (
 
 
 def test_every_backend_pins_file_parses_and_pins_the_core_packages():
-    from qwen3_pilot.neuron_stack import fork_pins, read_stack
+    from qwen3_pilot.neuron_stack import read_release, release_pins
 
     for backend in ("cpu", "neuron"):
         pins = read_pins(PROJECT / "envs" / f"{backend}.txt")
-        if backend == "neuron":  # torchtitan is the fork, from its git repository (envs/neuron-sdk.toml)
-            assert "torchtitan" not in pins
-            pins |= fork_pins(read_stack(PROJECT / "envs" / "neuron-sdk.toml"))
+        if backend == "neuron":  # torch and torchtitan (the fork, from git) are the SDK release file's
+            assert "torchtitan" not in pins and "torch" not in pins
+            pins |= release_pins(read_release("2.33.0"))
         for package in ("torch", "torchtitan", "transformers", "safetensors", "huggingface-hub", "snakemake"):
             assert package in pins, (backend, package)
-    neuron = read_pins(PROJECT / "envs" / "neuron.txt")
-    assert neuron["torch"].specifier == "==2.14.0"
-    assert neuron["torch-neuronx"].admits("2.14.3.0.1234") and not neuron["torch-neuronx"].admits("2.15.0")
+
+
+def test_an_unrecorded_release_version_admits_nothing():
+    assert not Pin("nki", "unrecorded").admits("0.7.0")
 
 
 def test_the_cpu_pins_are_what_this_environment_has():

@@ -27,7 +27,6 @@ from qwen3_pilot.backends.neuron import (
     read_topology,
 )
 from qwen3_pilot.paths import WORKFLOW
-from qwen3_pilot.pins import read_pins
 from qwen3_pilot.ranks import RankCheckError, verify_ranks
 
 RECORDED = WORKFLOW / "resources" / "neuron"
@@ -456,15 +455,36 @@ def test_torchneurons_compile_cache_lock_folder_is_in_the_projects_cache_not_tmp
 
 
 def test_nki_is_pinned_to_sdk_2_33s_and_not_to_the_recorded_sdk_2_32_images():
-    pins = read_pins(PROJECT / "envs" / "neuron.txt")
+    from qwen3_pilot.neuron_stack import read_release, release_pins
+
+    pins = release_pins(read_release("2.33.0"))
     listed = dict(line.split() for line in recorded("pip-list.trn2-container.txt").splitlines() if line.strip())
     # The recorded image is SDK 2.32's (neuronx-cc 2.27): its nki 0.6 is not what 2.33's compiler goes with.
     assert listed["nki"].startswith("0.6.0") and not pins["nki"].admits(listed["nki"])
     assert pins["nki"].admits("0.7.0+31049202112.g85070674")
 
 
-def test_the_neuron_tools_package_is_recorded_with_the_system_packages():
+@pytest.mark.parametrize("release", ["2.33.0", "2.34.0"])
+def test_the_system_record_reads_every_os_package_of_each_release(release):
+    from qwen3_pilot.neuron_stack import read_release
+
+    assert set(NEURON_SYSTEM_PACKAGES) == set(read_release(release).os_packages)
     assert "aws-neuronx-tools" in NEURON_SYSTEM_PACKAGES  # provides neuron-ls
+
+
+def test_the_os_packages_are_read_one_query_each_and_a_missing_one_is_not_found():
+    from qwen3_pilot.backends.neuron import ToolOutput, read_os_packages
+
+    seen = []
+
+    def run(command):
+        seen.append(command)
+        return ToolOutput(0, "2.35.30.0-1") if command[-1] == "aws-neuronx-runtime-lib" else ToolOutput(1, "", "no")
+
+    versions = read_os_packages(["aws-neuronx-runtime-lib", "aws-neuronx-dkms"], run, lambda tool: "/usr/bin/" + tool)
+    assert versions == {"aws-neuronx-runtime-lib": "2.35.30.0-1", "aws-neuronx-dkms": "not found"}
+    assert seen == [["dpkg-query", "-W", "-f=${Version}", "aws-neuronx-runtime-lib"],
+                    ["dpkg-query", "-W", "-f=${Version}", "aws-neuronx-dkms"]]
 
 
 def test_the_conda_env_installs_exactly_the_neuron_pins():

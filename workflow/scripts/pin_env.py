@@ -11,4 +11,5 @@ with StageRun.of_job(snakemake) as stage_run:
         lock_file=Path(snakemake.input.lock[0]) if snakemake.input.lock else None,
         cache_root=stage_run.cache_root,
         out=Path(snakemake.output.summary),
+        sdk_release=snakemake.params.sdk_release,
     )

@@ -136,10 +136,11 @@ def _parity(rows: list[dict[str, Any]]) -> str:
 PREFLIGHT: dict[str, Callable[[Any], str]] = {
     "config": lambda f: f"{f['backend']} backend, {f['ranks']} ranks x {f['nodes']} node(s), LNC {f['neuron']['lnc']}",
     "install_plan": lambda f: (
-        f"SDK {f['sdk_release']}: envs/neuron.txt pins the release's packages, not the fork; "
+        f"SDK {f['sdk_release']} ({f['stack_file']}); fork {f['fork']}"
+        + ("" if f["fork_pinned_to_a_commit"] else " (not pinned to a commit)") + "; "
         + ("versions as AWS's published list" if not f["published_list"].startswith("not found")
            else "AWS's published list not found here, versions not compared")
-        + f"; fork {f['fork']}" + ("" if f["fork_pinned_to_a_commit"] else " (not pinned to a commit)")),
+        + (f"; unrecorded: {', '.join(f['unrecorded'])}" if f["unrecorded"] else "")),
     "torchtitan_api": lambda f: f"{f['version']}: every name present for each recipe ({f['entries_checked']} entries)",
     "published_configs": lambda f: "the published config.json of both models found",
     "train_native": lambda f: (f"{f['parameters']:,} parameters, {f['layers']} layers; "

@@ -33,7 +33,8 @@ class Pin:
     specifier: str
 
     def admits(self, installed: str) -> bool:
-        if installed == NOT_INSTALLED:
+        # Not an exact pin: a Neuron SDK release file's "unrecorded" version, which admits nothing.
+        if installed == NOT_INSTALLED or not self.specifier.startswith("=="):
             return False
         try:
             return Requirement(f"{self.package}{self.specifier}").specifier.contains(
@@ -97,11 +98,13 @@ def installed_distributions() -> dict[str, str]:
     return installed
 
 
-def lock_drift(locked: dict[str, str], installed: dict[str, str]) -> list[dict[str, str]]:
+def lock_drift(locked: dict[str, str], installed: dict[str, str],
+               unlocked: tuple[str, ...] = ()) -> list[dict[str, str]]:
     """Each package whose installed version is not the locked one: locked and not installed, installed at
-    another version, or installed and not in the lock (the project itself excepted)."""
+    another version, or installed and not in the lock (the project itself and `unlocked` excepted: the neuron
+    backend's fork comes from its git clone and is checked by its commit)."""
     rows = []
-    for name in sorted((set(locked) | set(installed)) - {PROJECT_DISTRIBUTION}):
+    for name in sorted((set(locked) | set(installed)) - {PROJECT_DISTRIBUTION, *unlocked}):
         want, have = locked.get(name, "not locked"), installed.get(name, NOT_INSTALLED)
         if not same_version(want, have):
             rows.append({"package": name, "locked": want, "installed": have})

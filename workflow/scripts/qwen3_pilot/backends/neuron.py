@@ -26,7 +26,8 @@ from . import Backend, cache_env, multi_node_launch, thread_caps
 log = logging.getLogger(__name__)
 
 # The Neuron driver, runtime, collectives and tools (neuron-ls) packages, as AWS's SDK 2.33.0 component list
-# names them (envs/neuron-sdk.toml [system], workflow/resources/neuron/sdk-2.33.0-components.md); the same names in
+# names them (envs/neuron-sdk/<release>.toml [system] and [tools], workflow/resources/neuron/sdk-2.33.0-components.md;
+# tests/backends/test_neuron_backend.py holds the two to each other); the same names in
 # AWS's apt (Ubuntu) and yum (Amazon Linux 2023) repositories (AWS's manual-install pages for each OS).
 NEURON_SYSTEM_PACKAGES = (
     "aws-neuronx-dkms", "aws-neuronx-runtime-lib", "aws-neuronx-collectives", "aws-neuronx-tools",
@@ -310,12 +311,11 @@ def read_system_versions(
     """Driver, runtime, collectives, tools and compiler versions ('not found' for each one missing), and
     each device that neuron-ls lists with its cores, LNC and HBM."""
     run = run or _run
-    versions: dict[str, Any] = {}
     query = package_query(which)
-    versions["package_manager"] = query[0] if query else f"{NOT_FOUND} ({' or '.join(PACKAGE_QUERIES)})"
-    for package in NEURON_SYSTEM_PACKAGES:
-        output = run(query[1](package)) if query else ToolOutput(NOT_ON_PATH)
-        versions[package] = output.stdout.strip() if output.ok and output.stdout.strip() else NOT_FOUND
+    versions: dict[str, Any] = {
+        "package_manager": query[0] if query else f"{NOT_FOUND} ({' or '.join(PACKAGE_QUERIES)})",
+        **read_os_packages(NEURON_SYSTEM_PACKAGES, run, which),
+    }
     versions["neuronx-cc"], versions["neuronx-cc_read_from"] = compiler_version(
         run(["neuronx-cc", "--version"]), distribution_version
     )
@@ -327,6 +327,18 @@ def read_system_versions(
     versions["neuron_ls_devices"] = len(devices)
     versions["neuron_devices"] = devices
     versions["nkilib"] = module_distribution("nkilib")
+    return versions
+
+
+def read_os_packages(packages: Any, run: Runner | None = None,
+                     which: Callable[[str], str | None] = shutil.which) -> dict[str, str]:
+    """Each OS package's installed version as the package manager prints it ('not found' when it or the
+    package manager is missing): one query per package, nothing else run (the Snakefile calls this)."""
+    run, query = run or _run, package_query(which)
+    versions = {}
+    for package in packages:
+        output = run(query[1](package)) if query else ToolOutput(NOT_ON_PATH)
+        versions[package] = output.stdout.strip() if output.ok and output.stdout.strip() else NOT_FOUND
     return versions
 
 

@@ -45,9 +45,9 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
 }
 
 
-# Rules whose jobs are a stage without being named after it: pin_package's per-package stamps are pin_env's,
+# Rules whose jobs are a stage without being named after it: pin_package's and pin_os_package's stamps are pin_env's,
 # archive_copy's copy is the archive's, and rules `train` and `judge` are the stage their {stage} names.
-JOB_STAGES = {"pin_package": "pin_env", "archive_copy": "archive"}
+JOB_STAGES = {"pin_package": "pin_env", "pin_os_package": "pin_env", "archive_copy": "archive"}
 
 
 def stage_of_job(rule: str, wildcards: dict[str, str]) -> str:

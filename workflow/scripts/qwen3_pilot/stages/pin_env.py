@@ -24,9 +24,14 @@ from ..pins import (
 def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
     """Checks one pin against the version installed now and writes its stamp; a mismatch writes nothing. A
     package installed editable from a git clone (the neuron backend's fork) records the clone's commit too."""
-    from ..neuron_stack import installed_commit
+    from ..neuron_stack import UNRECORDED, installed_commit
 
-    row = check_pin(Pin(package, pinned), installed_version(package))
+    installed = installed_version(package)
+    if pinned == UNRECORDED:
+        raise PinError(f"{package}: the Neuron SDK release file (envs/neuron-sdk/) records no version for it "
+                       f"({UNRECORDED}); this environment has {installed}: check that against AWS's release notes "
+                       "for the release and write it there")
+    row = check_pin(Pin(package, pinned), installed)
     commit = installed_commit(package)
     if commit:
         row["commit"] = commit
@@ -36,7 +41,36 @@ def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
     return row
 
 
-def check_lock(lock_file: Path | None, installed: dict[str, str] | None = None) -> dict[str, Any]:
+def run_os_package(package: str, pinned: str, out: Path, project: Path | None = None,
+                   read: Any = None) -> dict[str, Any]:
+    """One OS package of the Neuron SDK release (driver, runtime, collectives, tools) against the version this
+    instance has (dpkg-query or rpm); a mismatch writes nothing and names the releases that ship the installed
+    version, with the one-line fix."""
+    from ..artifacts import write_recorded_json
+    from ..backends.neuron import read_os_packages
+    from ..neuron_stack import UNRECORDED, known_releases, read_release, release_admits
+    from ..paths import PROJECT
+
+    installed = (read or read_os_packages)([package])[package]
+    row = {"package": package, "pinned": pinned, "installed": installed, "kind": "os package",
+           "ok": release_admits(pinned, installed)}
+    if not row["ok"]:
+        project = project or PROJECT
+        shipping = [release for release in known_releases(project)
+                    if release_admits(read_release(release, project).os_packages.get(package, UNRECORDED), installed)]
+        hint = (f"{installed} is SDK {', '.join(shipping)}'s: set neuron.sdk: {shipping[-1]} (config/trn2.yaml), or "
+                "launch the chosen release's DLAMI" if shipping else
+                f"no release recorded in envs/neuron-sdk/ ({', '.join(known_releases(project))}) ships {installed}"
+                + ("; the chosen release's version is unrecorded: check the installed one against AWS's release "
+                   "notes and write it into its file" if pinned == UNRECORDED else ""))
+        raise PinError(f"OS package {package}: the Neuron SDK release pins {pinned}, this instance has {installed}: "
+                       f"{hint}")
+    write_recorded_json(out, row)
+    return row
+
+
+def check_lock(lock_file: Path | None, installed: dict[str, str] | None = None,
+               unlocked: tuple[str, ...] = ()) -> dict[str, Any]:
     """Every installed distribution against the hash lock (envs/<backend>.lock): its digest, and a PinError
     with the table of each package that differs. No lock (the neuron backend, locked on the instance): the
     record says the environment is unlocked."""
@@ -46,7 +80,7 @@ def check_lock(lock_file: Path | None, installed: dict[str, str] | None = None) 
     if lock_file is None:
         return {"file": None, "locked_environment": False}
     locked = read_lock(lock_file)
-    drift = lock_drift(locked, installed_distributions() if installed is None else installed)
+    drift = lock_drift(locked, installed_distributions() if installed is None else installed, unlocked)
     record = {"file": str(lock_file), "sha256": sha256_file(lock_file), "packages": len(locked), "drift": drift,
               "locked_environment": not drift}
     if drift:
@@ -57,7 +91,8 @@ def check_lock(lock_file: Path | None, installed: dict[str, str] | None = None) 
 
 
 def run(
-    stamps: list[Path], backend: dict[str, Any], pins_file: str, lock_file: Path | None, cache_root: str, out: Path
+    stamps: list[Path], backend: dict[str, Any], pins_file: str, lock_file: Path | None, cache_root: str, out: Path,
+    sdk_release: str | None = None,
 ) -> dict[str, Any]:
     from ..backends import make_backend
     from ..stage_progress import record_measured
@@ -68,15 +103,18 @@ def run(
     bad = [r for r in rows if not r["ok"]]
     if bad:
         raise PinError("pinned versions not installed:\n" + format_table(bad))
-    lock = check_lock(lock_file)
     figures = {}
+    unlocked: tuple[str, ...] = ()
     if backend["backend"] == "neuron":
-        # Every component of the SDK release envs/neuron-sdk.toml names, the fork's commit with them.
-        from ..neuron_stack import check_record, installed_record, read_stack
+        # Every component of the SDK release config neuron.sdk names, the fork's commit with them.
+        from ..neuron_stack import check_record, installed_record, read_release
 
-        figures["neuron_sdk"] = installed_record(read_stack())
+        stack = read_release(sdk_release)
+        unlocked = (stack.fork.distribution,)  # from its git clone, checked by its commit, not by the lock
+        figures["neuron_sdk"] = installed_record(stack)
         record_measured(neuron_sdk=figures["neuron_sdk"])  # a failed stage's report shows the table
         check_record(figures["neuron_sdk"])
+    lock = check_lock(lock_file, unlocked=unlocked)
     summary = StageSummary(
         stage="pin_env",
         status="pass",

@@ -359,7 +359,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
             "weights": f"{config['weights']['repo_id']}@{config['weights']['revision']}",
             "kernels": {stage: config["kernels"].get(stage, []) for stage in ("train_native", "moe_reduced")},
         }
-    run_check("install_plan", lambda: install_plan(project), checks)
+    run_check("install_plan", lambda: install_plan(project, config["neuron"]["sdk"]), checks)
     # The neuron backend's entries, read at call time (a test takes one away to see the check fail).
     run_check("torchtitan_api", lambda: torchtitan_api(titan_api.TORCHTITAN_API), checks)
     if config is not None:
@@ -421,23 +421,26 @@ def torchtitan_api(entries) -> dict[str, Any]:
             **{user: "every name present" for user in missing}}
 
 
-def install_plan(project: Path, published: Path = PUBLISHED_COMPONENTS) -> dict[str, Any]:
-    """envs/neuron.txt and the fork against the SDK release envs/neuron-sdk.toml names, and that file's versions
-    against AWS's published component list where one is recorded (`published`/sdk-<release>-components.md)."""
-    from ..neuron_stack import PINS_FILE, STACK_FILE, components_problems, install_steps, pin_problems, read_stack
+def install_plan(project: Path, release: str, published: Path = PUBLISHED_COMPONENTS) -> dict[str, Any]:
+    """The SDK release config neuron.sdk names: envs/neuron.txt pins none of its components and not the fork,
+    and its file's versions match AWS's published component list where one is recorded
+    (`published`/sdk-<release>-components.md); what is unrecorded is listed."""
+    from ..neuron_stack import PINS_FILE, UNRECORDED, components_problems, pin_problems, read_release
     from ..pins import read_pins
 
-    stack = read_stack(project / STACK_FILE)
+    stack = read_release(release, project)
     problems = pin_problems(stack, read_pins(project / PINS_FILE))
     listed = published / f"sdk-{stack.release}-components.md"
     if listed.is_file():
-        problems += [f"{STACK_FILE} against {listed}: {p}" for p in components_problems(stack, listed.read_text())]
+        problems += [f"{stack.path} against {listed}: {p}" for p in components_problems(stack, listed.read_text())]
     if problems:
         raise PreflightError("the Neuron install plan does not match its SDK release:\n  - " + "\n  - ".join(problems))
-    return {"sdk_release": stack.release, "fork": f"{stack.fork.url} @ {stack.fork.ref}",
-            "fork_pinned_to_a_commit": stack.fork.pinned,
-            "published_list": str(listed) if listed.is_file() else f"not found ({listed}): versions not compared",
-            "steps": [step.what for step in install_steps(stack, "python", project)]}
+    return {"sdk_release": stack.release, "released": stack.released, "stack_file": stack.path,
+            "fork": stack.fork.source, "fork_pinned_to_a_commit": stack.fork.pinned,
+            "components": stack.components(),
+            "unrecorded": [name for name, version in stack.components().items() if UNRECORDED in version],
+            "dlami": stack.machine.dlami or UNRECORDED, "sources": list(stack.sources),
+            "published_list": str(listed) if listed.is_file() else f"not found ({listed}): versions not compared"}
 
 
 def fsdp_plan(config: dict[str, Any], out: Path) -> dict[str, Any]:
