@@ -12,6 +12,7 @@ from qwen3_pilot.changes import (
     BaselineError,
     baseline_changes,
     changes_since_baseline,
+    environment_changes,
     figure_changes,
     find_baseline,
     flatten,
@@ -192,3 +193,21 @@ def test_a_configured_baseline_that_is_not_a_report_is_a_config_error(tmp_path, 
         (tmp_path / "old.json").write_text(content)
     config = default_config({"report": {"baseline": "old.json"}})
     assert any(p.startswith("report.baseline = 'old.json'") and message in p for p in config_problems(config))
+
+
+def test_a_neuron_sdk_switch_is_named_with_the_components_that_moved_and_leads_the_headline():
+    from qwen3_pilot.changes import headline, sdk_release_change
+
+    def environment(release, torch_neuronx, nki):
+        return {"neuron_sdk": {"sdk_release": release, "components": [
+            {"component": "torch-neuronx", "release": torch_neuronx}, {"component": "nki", "release": nki}]}}
+
+    before, now = environment("2.33.0", "2.14.3.0.*", "0.7.0"), environment("2.34.0", "2.14.3.1.*", "0.7.0")
+    assert sdk_release_change(before, now) == "Neuron SDK 2.33.0 -> 2.34.0 (torch-neuronx 2.14.3.0.* -> 2.14.3.1.*)"
+    assert sdk_release_change(before, before) is None and sdk_release_change({}, now) is None
+    rows = {row["what"]: (row["before"], row["now"]) for row in environment_changes(before, now)}
+    assert rows == {"Neuron SDK": ("2.33.0", "2.34.0"),
+                    "Neuron SDK component torch-neuronx": ("2.14.3.0.*", "2.14.3.1.*")}
+    runs = {"recorded": True, "ran": ["verify_ranks"], "reused": []}
+    changes = {"stages": {}, "neuron_sdk": sdk_release_change(before, now)}
+    assert "; Neuron SDK 2.33.0 -> 2.34.0 (torch-neuronx" in headline(runs, changes)

@@ -173,10 +173,26 @@ def environment_changes(before: dict[str, Any], now: dict[str, Any]) -> list[dic
         facts |= {f"{p['package']} (installed)": p["installed"] for p in environment.get("packages", [])}
         facts |= {key: value for key, value in environment.get("environment", {}).items()}
         facts |= {f"system: {key}": value for key, value in flatten(environment.get("system", {})).items() if key}
+        if sdk := environment.get("neuron_sdk"):  # the neuron backend's release and each component's version in it
+            facts["Neuron SDK"] = sdk["sdk_release"]
+            facts |= {f"Neuron SDK component {row['component']}": row["release"] for row in sdk["components"]}
         return facts
     old, new = rows(before), rows(now)
     return [{"what": key, "before": old.get(key, "(absent)"), "now": new.get(key, "(absent)")}
             for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)]
+
+
+def sdk_release_change(before: dict[str, Any], now: dict[str, Any]) -> str | None:
+    """'Neuron SDK 2.33.0 -> 2.34.0 (torch-neuronx 2.14.3.0.* -> 2.14.3.1.*, ...)' when the two environments ran
+    different Neuron SDK releases; None otherwise (the cpu backend has none)."""
+    old, new = before.get("neuron_sdk"), now.get("neuron_sdk")
+    if not old or not new or old["sdk_release"] == new["sdk_release"]:
+        return None
+    versions = {row["component"]: row["release"] for row in old["components"]}
+    moved = [f"{row['component']} {versions.get(row['component'], '(absent)')} -> {row['release']}"
+             for row in new["components"] if versions.get(row["component"]) != row["release"]]
+    return (f"Neuron SDK {old['sdk_release']} -> {new['sdk_release']}"
+            + (f" ({', '.join(moved)})" if moved else " (no component's version moved)"))
 
 
 def baseline_changes(report: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
@@ -198,6 +214,7 @@ def baseline_changes(report: dict[str, Any], baseline: dict[str, Any]) -> dict[s
     return {
         "stages": stages,
         "environment": environment_changes(baseline.get("environment", {}), report.get("environment", {})),
+        "neuron_sdk": sdk_release_change(baseline.get("environment", {}), report.get("environment", {})),
         "config": [{"what": c["figure"], "before": c["before"], "now": c["now"]}
                    for c in figure_changes(baseline.get("config", {}), report.get("config", {}))],
         "provenance": [{"what": key, "before": baseline["provenance"].get(key), "now": report["provenance"].get(key)}
@@ -252,6 +269,8 @@ def headline(runs: dict[str, Any], changes: dict[str, Any] | None, not_run: froz
     if changes is None:
         parts.append("no baseline to compare figures with")
     else:
+        if changes.get("neuron_sdk"):
+            parts.append(changes["neuron_sdk"])
         moved = [f"{name} ({len(stage['figures_moved'])})" for name, stage in changes["stages"].items()
                  if stage["figures_moved"]]
         timing = [name for name, stage in changes["stages"].items() if stage["timing_figures_moved"]]
