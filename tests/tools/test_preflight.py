@@ -25,7 +25,9 @@ def run(tmp_path, overlay: dict | None = None):
     return preflight(files, DEFAULT_MODEL_CONFIGS, tmp_path / "preflight")
 
 
-def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(tmp_path):
+def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(tmp_path, capsys):
+    from qwen3_pilot.tools.preflight import print_summary
+
     report = run(tmp_path)
     assert report["status"] == "pass", {k: v.get("error") for k, v in report["checks"].items()}
     native = report["checks"]["train_native"]["figures"]
@@ -40,6 +42,13 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     decision = html[html.index('<table class="decision">'):html.index("</table>", html.index('class="decision"'))]
     assert decision.count("<tr>") == 1 + len(report["checks"]) and "see details" not in decision
     assert "36 rope_hf replacements in the planned launch" in decision
+    # The Neuron SDK release it checked against, and the fork's ref, on the page and in the printed summary.
+    assert "SDK 2.33.0 (" in decision and "torchtitan-neuron.git @ release-2.33" in decision
+    capsys.readouterr()
+    print_summary(report)
+    printed = capsys.readouterr().out
+    assert "  install_plan: Neuron SDK 2.33.0 (" in printed
+    assert "fork https://github.com/aws-neuron/torchtitan-neuron.git @ release-2.33\n" in printed
     parity = {row["field"]: (row["built"], row["checkpoint"], row["verdict"]) for row in native["parity"]}
     assert parity["rope_theta"] == (5_000_000.0, 5_000_000.0, "match")
     moe = report["checks"]["moe_reduced"]["figures"]

@@ -465,6 +465,10 @@ def print_summary(report: dict[str, Any]) -> None:
     print(f"trn2 preflight: {report['status']} in {report['seconds']} s. {report['nothing_ran_on_trainium']}")
     for name, check in report["checks"].items():
         print(f"  {check['status']:4}  {name}" + (f": {check['error']}" if check["status"] != "pass" else ""))
+    plan = report["checks"].get("install_plan", {}).get("figures")
+    if plan:
+        print(f"  install_plan: Neuron SDK {plan['sdk_release']} ({plan['stack_file']}), fork {plan['fork']}"
+              + (f"; unrecorded in it: {', '.join(plan['unrecorded'])}" if plan["unrecorded"] else ""))
     native = report["checks"].get("train_native", {}).get("figures")
     if native:
         configured = native["kernel_replacements"].get("rope_hf", 0)
