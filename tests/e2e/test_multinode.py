@@ -9,6 +9,7 @@ Needs root (ip netns, nsenter, unshare): skipped without it, unless REQUIRE_MULT
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -73,10 +74,12 @@ def two_node_backend(tmp_path: Path, port: int):
     return config, make_backend(config, str(tmp_path / "cache"))
 
 
-def test_the_rank_check_sees_world_size_two_across_two_hosts(two_hosts, tmp_path, monkeypatch):
-    for key, value in two_hosts.items():
-        monkeypatch.setenv(key, value)
+def test_the_rank_check_sees_world_size_two_across_two_hosts(two_hosts, tmp_path):
+    """The hosts' variables reach the launch through the backend's launcher environment, not os.environ: the
+    shared run, started in another thread, copies os.environ for its Snakemake (and under SLURM for every job),
+    and a rank of its given GLOO_SOCKET_IFNAME=pilot0 would find no such interface."""
     _, backend = two_node_backend(tmp_path, 29511)
+    backend = dataclasses.replace(backend, launcher_env={**backend.launcher_env, **two_hosts})
     assert backend.unavailable_reason is None and backend.expected_ranks == 2
     live = verify_ranks(backend, tmp_path / "ranks", tmp_path / "verify_ranks.log")
     assert (live["expected_ranks"], live["ranks_seen"], live["nodes"], live["ranks_per_node"]) == (2, 2, 2, 1)
