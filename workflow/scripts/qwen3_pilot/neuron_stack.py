@@ -128,6 +128,11 @@ def known_releases(project: Path = PROJECT) -> list[str]:
     return sorted((path.stem for path in (project / SDK_FOLDER).glob("*.toml")), key=key)
 
 
+def read_releases(project: Path = PROJECT) -> list[NeuronStack]:
+    """Every release recorded in envs/neuron-sdk/, oldest first."""
+    return [read_release(release, project) for release in known_releases(project)]
+
+
 def read_release(release: str, project: Path = PROJECT) -> NeuronStack:
     """The stack file of `release` (config neuron.sdk); StackError names the known releases when there is none."""
     path = stack_path(release, project)
@@ -255,8 +260,9 @@ def components_problems(stack: NeuronStack, published: str) -> list[str]:
 
 def os_name(os_release: str) -> str:
     """`ubuntu 26.04` from /etc/os-release's ID and VERSION_ID."""
-    fields = dict(line.split("=", 1) for line in os_release.splitlines() if "=" in line)
-    return f"{fields.get('ID', '?').strip(chr(34))} {fields.get('VERSION_ID', '?').strip(chr(34))}"
+    fields = {key: value.strip('"') for key, value in
+              (line.split("=", 1) for line in os_release.splitlines() if "=" in line)}
+    return f"{fields.get('ID', '?')} {fields.get('VERSION_ID', '?')}"
 
 
 @dataclass(frozen=True)
@@ -507,14 +513,18 @@ def stack_record(stack: NeuronStack, installed: Callable[[str], str], system: di
 
 
 def releases_carrying(os_installed: dict[str, str], stacks: list[NeuronStack]) -> list[str]:
-    """The releases whose OS packages (each one recorded) are all at the versions installed: which SDK an
-    instance's driver, runtime, collectives and tools belong to."""
+    """The releases whose OS packages among `os_installed` (each one recorded) are all at the versions
+    installed: which SDK an instance's driver, runtime, collectives and tools (or one of them) belong to."""
     def carries(stack: NeuronStack) -> bool:
-        recorded = {name: v for name, v in stack.os_packages.items() if v != UNRECORDED}
-        return bool(recorded) and all(release_admits(v, os_installed.get(name, NOT_INSTALLED))
-                                      for name, v in recorded.items())
+        recorded = {name: v for name, v in stack.os_packages.items() if v != UNRECORDED and name in os_installed}
+        return bool(recorded) and all(release_admits(v, os_installed[name]) for name, v in recorded.items())
 
     return [stack.release for stack in stacks if carries(stack)]
+
+
+def switch_fix(release: str) -> str:
+    """The one-line fix when an instance carries `release`'s OS packages."""
+    return f"set neuron.sdk: {release} (config/trn2.yaml)"
 
 
 def os_release_note(stack: NeuronStack, record: dict[str, Any], stacks: list[NeuronStack]) -> str | None:
@@ -528,8 +538,8 @@ def os_release_note(stack: NeuronStack, record: dict[str, Any], stacks: list[Neu
     dlami = f"SDK {stack.release}'s DLAMI ({stack.machine.dlami or 'unrecorded'})"
     others = [release for release in releases_carrying(installed, stacks) if release != stack.release]
     if others:
-        return (f"this instance carries SDK {others[-1]}'s OS packages ({shown}): set neuron.sdk: {others[-1]} "
-                f"(config/trn2.yaml), or launch {dlami}")
+        return (f"this instance carries SDK {others[-1]}'s OS packages ({shown}): {switch_fix(others[-1])}, "
+                f"or launch {dlami}")
     return (f"this instance's OS packages ({shown}) belong to no release recorded in {SDK_FOLDER}/ "
             f"({', '.join(s.release for s in stacks)}): launch {dlami}, or record the release they come with")
 
@@ -549,8 +559,7 @@ def installed_record(stack: NeuronStack, project: Path = PROJECT) -> dict[str, A
 
     system = {name: value for name, value in read_system_versions().items() if name in stack.os_packages}
     record = stack_record(stack, installed, system, installed_commit(stack.fork.distribution))
-    stacks = [read_release(release, project) for release in known_releases(project)]
-    record["os_packages_note"] = os_release_note(stack, record, stacks)
+    record["os_packages_note"] = os_release_note(stack, record, read_releases(project))
     return record
 
 

@@ -48,19 +48,18 @@ def run_os_package(package: str, pinned: str, out: Path, project: Path | None = 
     version, with the one-line fix."""
     from ..artifacts import write_recorded_json
     from ..backends.neuron import read_os_packages
-    from ..neuron_stack import UNRECORDED, known_releases, read_release, release_admits
+    from ..neuron_stack import UNRECORDED, read_releases, release_admits, releases_carrying, switch_fix
     from ..paths import PROJECT
 
     installed = (read or read_os_packages)([package])[package]
     row = {"package": package, "pinned": pinned, "installed": installed, "kind": "os package",
            "ok": release_admits(pinned, installed)}
     if not row["ok"]:
-        project = project or PROJECT
-        shipping = [release for release in known_releases(project)
-                    if release_admits(read_release(release, project).os_packages.get(package, UNRECORDED), installed)]
-        hint = (f"{installed} is SDK {', '.join(shipping)}'s: set neuron.sdk: {shipping[-1]} (config/trn2.yaml), or "
+        stacks = read_releases(project or PROJECT)
+        shipping = releases_carrying({package: installed}, stacks)
+        hint = (f"{installed} is SDK {', '.join(shipping)}'s: {switch_fix(shipping[-1])}, or "
                 "launch the chosen release's DLAMI" if shipping else
-                f"no release recorded in envs/neuron-sdk/ ({', '.join(known_releases(project))}) ships {installed}"
+                f"no release recorded in envs/neuron-sdk/ ({', '.join(s.release for s in stacks)}) ships {installed}"
                 + ("; the chosen release's version is unrecorded: check the installed one against AWS's release "
                    "notes and write it into its file" if pinned == UNRECORDED else ""))
         raise PinError(f"OS package {package}: the Neuron SDK release pins {pinned}, this instance has {installed}: "
