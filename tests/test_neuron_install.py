@@ -37,6 +37,8 @@ from qwen3_pilot.pins import installed_version, lock_drift, read_lock, read_pins
 AWS_2_33_0 = {"torch": "2.14.0", "torch-neuronx": "2.14.3.0", "neuronx-cc": "2.28.7631.0", "nki": "0.7.0"}
 # pip-tools and what it installs with it, as real wheels of this venv's own (the lock is made with them, and a
 # lock of a real pip-tools holds pip and setuptools, as the instance's will).
+# A dependency only the fork's pyproject.toml declares (no requirements file names it): the lock must hold it.
+FORK_DEPENDENCY, FORK_DEPENDENCY_VERSION = "fork-only-dependency", "1.0"
 REAL = ("pip-tools", "build", "click", "pyproject-hooks", "pip", "setuptools", "wheel", "packaging")
 
 
@@ -85,7 +87,7 @@ def wheel_of_installed(folder: Path, name: str) -> Path:
 FORK_BACKEND = '''
 import base64, hashlib, os, zipfile
 
-NAME, VERSION = "torchtitan", "{version}"
+NAME, VERSION, DEPENDENCY = "torchtitan", "{version}", "{dependency}"
 DIST_INFO = f"{{NAME}}-{{VERSION}}.dist-info"
 
 
@@ -106,7 +108,7 @@ def get_requires_for_build_wheel(config_settings=None):
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     os.makedirs(os.path.join(metadata_directory, DIST_INFO))
     with open(os.path.join(metadata_directory, DIST_INFO, "METADATA"), "w") as f:
-        f.write(f"Metadata-Version: 2.1\\nName: {{NAME}}\\nVersion: {{VERSION}}\\nRequires-Dist: tokenizers\\n")
+        f.write(f"Metadata-Version: 2.1\\nName: {{NAME}}\\nVersion: {{VERSION}}\\nRequires-Dist: {{DEPENDENCY}}\\n")
     return DIST_INFO
 
 
@@ -114,7 +116,7 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
     files = {{
         "torchtitan_stand_in.pth": (os.path.abspath(".") + "\\n").encode(),
         f"{{DIST_INFO}}/METADATA": (f"Metadata-Version: 2.1\\nName: {{NAME}}\\nVersion: {{VERSION}}\\n"
-                                    "Requires-Dist: tokenizers\\n").encode(),
+                                    f"Requires-Dist: {{DEPENDENCY}}\\n").encode(),
         f"{{DIST_INFO}}/WHEEL": b"Wheel-Version: 1.0\\nGenerator: t\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
     }}
     record = [_line(p, d) for p, d in files.items()] + [f"{{DIST_INFO}}/RECORD,,"]
@@ -136,9 +138,9 @@ def make_fork(root: Path, version: str) -> tuple[Path, str]:
     (root / "torchtitan_neuron").mkdir()
     (root / "torchtitan_neuron" / "__init__.py").write_text("")
     (root / "requirements.txt").write_text("torch\nsafetensors\n")  # pinned by envs/neuron.txt as constraints
-    (root / "stand_in_backend.py").write_text(FORK_BACKEND.format(version=version))
+    (root / "stand_in_backend.py").write_text(FORK_BACKEND.format(version=version, dependency=FORK_DEPENDENCY))
     (root / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "stand_in_backend"\n'
-                                         'backend-path = ["."]\n')  # its own dependency: tokenizers
+                                         'backend-path = ["."]\n')  # its own dependency: FORK_DEPENDENCY
     git = ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "stand-in"]):
         subprocess.run([*git, *command], check=True, capture_output=True)
@@ -157,6 +159,7 @@ def stand_in_index(folder: Path) -> Path:
         write_wheel(folder, name, version)
     for name in REAL:
         wheel_of_installed(folder, name)
+    write_wheel(folder, FORK_DEPENDENCY, FORK_DEPENDENCY_VERSION)
     return folder
 
 
@@ -270,7 +273,8 @@ def test_on_ubuntu_26_04_install_then_lock_then_install_from_the_lock_passes_pin
     lock_file = project / "envs" / "neuron-sdk" / "2.33.0.lock"
     locked = read_lock(lock_file)
     assert {name: locked[name] for name in AWS_2_33_0} == AWS_2_33_0
-    assert locked["tokenizers"] and locked["pip"] == installed_version("pip")  # the fork's own dependency; pip
+    assert locked[FORK_DEPENDENCY] == FORK_DEPENDENCY_VERSION  # from the fork's pyproject.toml only
+    assert locked["pip"] == installed_version("pip")  # pip-tools' requirement, as on the instance
     assert "torchtitan" not in locked  # the fork is checked by its commit, not by the lock
 
     # The install again, now from the lock (hashes checked), and pin_env's lock check on the venv it leaves.
