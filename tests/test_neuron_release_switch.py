@@ -91,9 +91,19 @@ def test_switching_to_2_34_0_plans_the_jobs_docs_reruns_md_lists_each_for_its_re
     assert not kept & set(planned)
 
 
-def test_switching_back_plans_nothing_once_the_switch_has_run(finished_trn2_run, tmp_path):
-    """The stamps' params are the release's versions only: the same release again is the recorded one."""
-    same = tmp_path / "sdk.yaml"
-    same.write_text('neuron:\n  sdk: "2.33.0"\n')
-    result = run_snakemake(finished_trn2_run, "-n", "results/report.html", *TRN2, str(same))
-    assert "Nothing to be done" in output(result), output(result)[-3000:]
+def test_a_release_with_2_33_0s_versions_under_another_name_reruns_only_pin_envs_record(finished_trn2_run,
+                                                                                        tmp_path):
+    """The stamps' params are the components' versions, not the release's name: a release that moves no
+    version (say a rebuilt file for a patch release that changed nothing the pilot uses) reruns pin_env, whose
+    record names the release, and the report; no stamp and no stage."""
+    releases = finished_trn2_run / "envs" / "neuron-sdk"
+    (releases / "2.33.9.toml").write_text((releases / "2.33.0.toml").read_text().replace(
+        'release = "2.33.0"', 'release = "2.33.9"'))
+    switch = tmp_path / "sdk.yaml"
+    switch.write_text('neuron:\n  sdk: "2.33.9"\n')
+    try:
+        result = run_snakemake(finished_trn2_run, "-n", "results/report.html", *TRN2, str(switch))
+    finally:
+        (releases / "2.33.9.toml").unlink()
+    assert result.returncode == 0, output(result)[-3000:]
+    assert set(planned_reasons(result)) == {"pin_env", "report"}, output(result)[-3000:]

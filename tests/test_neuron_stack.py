@@ -67,6 +67,9 @@ def test_a_version_the_published_list_does_not_have_is_named():
     published = (PUBLISHED_COMPONENTS / "sdk-2.33.0-components.md").read_text()
     older = dataclasses.replace(STACK, python={**STACK.python, "nki": "0.6.0"})
     assert components_problems(older, published) == ["nki 0.6.0: no row of the published list has version 0.6.0"]
+    # An unrecorded version has nothing to compare: it is listed by the stack file, not looked up.
+    unread = dataclasses.replace(STACK, python={**STACK.python, "nki": UNRECORDED})
+    assert components_problems(unread, published) == []
     assert components_problems(dataclasses.replace(STACK, release="2.32.0"), published)[0].startswith(
         "the published list is not SDK 2.32.0's (its title: '# AWS Neuron SDK 2.33.0 (released 10/19/2026)")
 
@@ -186,8 +189,11 @@ def test_an_unsupported_python_is_refused_naming_it_and_the_supported_ones(tmp_p
     supported = r"SDK 2\.33\.0 supports Python 3\.12, 3\.13, 3\.14 "
     with pytest.raises(StackError, match=rf"^python3 is Python 3\.11; {supported}"):
         machine_layout(STACK, os_root(tmp_path, UBUNTU_26), "python3", python_is("3.11"))
-    with pytest.raises(StackError, match=r"/bin/python is Python 3\.11; SDK 2\.33\.0 supports"):
-        machine_layout(STACK, os_root(tmp_path / "d", UBUNTU_24, "3.11"), "python3", python_is("3.11"))
+    # On the DLAMI the venv's Python is AWS's, not the one NEURON_PYTHON names: that is the one checked.
+    root = os_root(tmp_path / "d", UBUNTU_24, "3.11")
+    dlami_python = str(root / STACK.machine.dlami_venv.lstrip("/") / "bin" / "python")
+    with pytest.raises(StackError, match=rf"^{dlami_python} is Python 3\.11; {supported}"):
+        machine_layout(STACK, root, "python3", lambda python: "3.11" if python == dlami_python else "3.12")
 
 
 def test_a_release_whose_machine_is_unrecorded_is_refused_until_recorded(tmp_path):
