@@ -37,6 +37,16 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(PROJECT / ".cache" / "torch
 os.environ["SLURM_CONF"] = os.devnull
 
 
+def pre_refactor_torchtitan(site: Path) -> Path:
+    """A torchtitan from before the config refactor in `site`, laid out as 0.2.2 on PyPI is: TOML job config, no
+    trainer module. Returns `site`, for PYTHONPATH."""
+    for name, text in {"torchtitan/__init__.py": "", "torchtitan/config/__init__.py": "",
+                       "torchtitan/config/job_config.py": "class JobConfig: pass\n", "torchtitan/train.py": ""}.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    return site
+
+
 def copy_workflow(source: Path, root: Path) -> None:
     """The workflow's files (WORKFLOW_FILES) of `source` copied into `root`."""
     root.mkdir(parents=True, exist_ok=True)

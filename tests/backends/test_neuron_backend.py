@@ -380,9 +380,10 @@ def printed_launches(monkeypatch, tmp_path, **environ):
         monkeypatch.delenv(key, raising=False)
     for key, value in environ.items():
         monkeypatch.setenv(key, value)
-    config = load_config([PROJECT / "config" / "trn2.yaml"])
+    files = [PROJECT / "config" / "trn2.yaml"]
+    config = load_config(files)
     backend = make_backend(config, str(tmp_path / "cache"))
-    return backend, launch_plan(config, backend, PROJECT)
+    return backend, launch_plan(config, backend, PROJECT, files)
 
 
 def test_each_neuron_rank_gets_the_cpu_backends_thread_caps_at_host_cpus_over_ranks(tmp_path, monkeypatch):

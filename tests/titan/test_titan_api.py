@@ -12,7 +12,7 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT
+from conftest import PROJECT, pre_refactor_torchtitan
 
 from qwen3_pilot.titan.titan_api import TORCHTITAN_API, ApiEntry, TorchtitanApiError, check_torchtitan_api, missing_api
 
@@ -177,11 +177,6 @@ def test_the_two_names_upstream_moved_in_august_are_imported_from_where_0_3_0_ke
     assert [home.module for home in LR_SCHEDULERS.homes] == ["torchtitan.components.lr_scheduler"]
 
 
-# A torchtitan from before the config refactor, as 0.2.2 on PyPI lays it out: TOML job config, no trainer module.
-PRE_REFACTOR = {"torchtitan/__init__.py": "", "torchtitan/config/__init__.py": "",
-                "torchtitan/config/job_config.py": "class JobConfig: pass\n", "torchtitan/train.py": ""}
-
-
 def refusal_in(path, tmp_path) -> subprocess.CompletedProcess:
     code = ("from qwen3_pilot.titan.titan_api import check_torchtitan_api, TorchtitanApiError\n"
             "try:\n    check_torchtitan_api(user='qwen3_native')\nexcept TorchtitanApiError as error:\n"
@@ -191,10 +186,7 @@ def refusal_in(path, tmp_path) -> subprocess.CompletedProcess:
 
 
 def test_a_torchtitan_from_before_the_config_refactor_is_refused_at_once(tmp_path):
-    for name, text in PRE_REFACTOR.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    result = refusal_in(tmp_path, tmp_path)
+    result = refusal_in(pre_refactor_torchtitan(tmp_path), tmp_path)
     assert result.returncode == 3, result.stderr[-2000:]
     assert "predates upstream's config refactor of 2026-02-23 (9810191bb, #2386)" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr

@@ -4,10 +4,13 @@ broken trn2 config fails with the key, the value and what was expected."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
-from conftest import PROJECT
+from conftest import PROJECT, pre_refactor_torchtitan
 
 from qwen3_pilot.titan import titan_api
 from qwen3_pilot.tools.preflight import DEFAULT_MODEL_CONFIGS, preflight
@@ -65,8 +68,10 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     # kernel_numerics uses the device in the stage's own process, with the environment it sets there: the
     # compile caches and the LNC, nothing of a torchrun launch.
     (numerics,) = [launch for launch in launches if launch["stage"] == "kernel_numerics"]
-    assert numerics["command"][-1].endswith("workflow/scripts/kernel_numerics.py")
-    assert "torch.distributed.run" not in numerics["command"]
+    # Its script reads its settings from Snakemake: the command a person can run is the stage's own target,
+    # with the configuration the preflight checked.
+    assert numerics["command"] == ["snakemake", "--cores", "1", "--configfile", str(TRN2),
+                                   "results/kernel_numerics/measured.json"]
     assert set(numerics["env"]) == {"TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_DEBUG_DIR",
                                     "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR", "NEURON_LOGICAL_NC_CONFIG",
                                     "NEURON_RT_VIRTUAL_CORE_SIZE", "NEURON_CC_FLAGS"}
@@ -99,7 +104,7 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert "Nothing in this preflight ran on Trainium" in report["nothing_ran_on_trainium"]
     html = (tmp_path / "preflight" / "preflight.html").read_text()
     assert "Nothing in this preflight ran on Trainium" in html and "rope HF on every layer" in html
-    assert "stage process (no torchrun)" in html and "workflow/scripts/kernel_numerics.py" in html
+    assert "stage process (no torchrun)" in html and "results/kernel_numerics/measured.json" in html
     assert json.loads((tmp_path / "preflight" / "preflight.json").read_text())["status"] == "pass"
 
 
@@ -149,7 +154,8 @@ def test_a_two_node_trn2_config_prints_srun_torchrun_launches_with_the_efa_setti
     (tmp_path / "nodes.yaml").write_text(yaml.safe_dump({"nodes": 2}))
     config = load_config([TRN2, tmp_path / "nodes.yaml"])
     assert config["training"]["global_batch_size"] == 128
-    launches = launch_plan(config, make_backend(config, str(tmp_path / "cache")), PROJECT)
+    launches = launch_plan(config, make_backend(config, str(tmp_path / "cache")), PROJECT,
+                           [TRN2, tmp_path / "nodes.yaml"])
     (numerics,) = [launch for launch in launches if launch["stage"] == "kernel_numerics"]
     # kernel_numerics runs on one node in the stage's own process: no srun, no EFA.
     assert not numerics["command"][0].startswith("srun") and not any(key.startswith("FI_") for key in numerics["env"])
@@ -162,3 +168,33 @@ def test_a_two_node_trn2_config_prints_srun_torchrun_launches_with_the_efa_setti
                 "--rdzv-id=qwen3-pilot --nproc-per-node=64") in command
         assert {key: launch["env"][key] for key in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE")} == {
             "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+
+
+def test_under_a_refused_torchtitan_the_checks_that_need_one_say_not_run_without_a_traceback(tmp_path):
+    # A fresh interpreter: this one has torchtitan 0.3.0 imported already.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(pre_refactor_torchtitan(tmp_path / "site")), str(PROJECT / "workflow" / "scripts")])}
+    result = subprocess.run([sys.executable, "-m", "qwen3_pilot.tools.preflight", "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "preflight.json").read_text())
+    assert report["checks"]["torchtitan_api"]["status"] == "fail"
+    for name in ("train_native", "train_hf", "moe_reduced", "fsdp_plan"):
+        assert report["checks"][name] == {"status": "not_run", "seconds": 0.0, "error":
+                                          "not run: the installed torchtitan is refused (see torchtitan_api)"}, name
+    assert report["checks"]["launches"]["status"] == "pass"
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "  not_run  fsdp_plan: not run: the installed torchtitan is refused" in result.stdout
+
+
+def test_the_fsdp_plan_uses_plan_world_size_not_the_ranks_of_this_run(tmp_path, monkeypatch):
+    from qwen3_pilot import rank_plan
+    from qwen3_pilot.tools.preflight import fsdp_plan, load_config
+
+    asked = []
+    monkeypatch.setattr(rank_plan, "run_plan_subprocess", lambda **kwargs: asked.append(kwargs) or {"fits": True})
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump({"plan": {"world_size": 128}}))
+    config = load_config([TRN2, tmp_path / "plan.yaml"])
+    assert config["ranks"] == 64
+    fsdp_plan(config, tmp_path)
+    assert [call["world_size"] for call in asked] == [128]

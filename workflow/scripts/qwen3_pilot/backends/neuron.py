@@ -168,8 +168,10 @@ def device_process_env(
     lnc = str(config["neuron"]["lnc"])
     return {
         **compile_cache_env(cache_root),
-        # Runtimes from 2.20 read NEURON_LOGICAL_NC_CONFIG; older ones NEURON_RT_VIRTUAL_CORE_SIZE (AWS's
-        # logical-neuroncore-config page, linked above).
+        # The logical-neuroncore-config page (linked above) names NEURON_LOGICAL_NC_CONFIG as the runtime's LNC
+        # variable; AWS's own NxD Inference guides export NEURON_RT_VIRTUAL_CORE_SIZE=$LNC instead
+        # (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/libraries/nxd-inference/developer_guides/
+        # weights-sharding-guide.html). No AWS page we found says which runtime reads which, so both get the LNC.
         "NEURON_LOGICAL_NC_CONFIG": lnc,
         "NEURON_RT_VIRTUAL_CORE_SIZE": lnc,
         "NEURON_CC_FLAGS": neuron_cc_flags(environ.get("NEURON_CC_FLAGS", ""), config["neuron"]["lnc"]),

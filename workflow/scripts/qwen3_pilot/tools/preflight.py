@@ -249,10 +249,11 @@ def _counts(paths: dict[str, list[str]]) -> dict[str, int]:
 # ---- 5. launch commands ----
 
 
-def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str, Any]]:
+def launch_plan(config: dict[str, Any], backend, project: Path, configfiles: list[Path]) -> list[dict[str, Any]]:
     """The command and added environment of every neuron stage that uses the device: each torchrun launch,
     built by the same functions the stages launch with, at the paths the workflow gives them, and
-    kernel_numerics, which uses the device in the stage's own process. Refused, naming each, where this
+    kernel_numerics, which uses the device in the stage's own process (its command: the Snakemake run of that
+    stage alone, with the configuration files the preflight checked). Refused, naming each, where this
     environment would break the launches (a preset NEURON_RT_VISIBLE_CORES, an LNC in NEURON_CC_FLAGS that is
     not neuron.lnc)."""
     from ..backends.neuron import launch_environment_problems
@@ -278,9 +279,11 @@ def launch_plan(config: dict[str, Any], backend, project: Path) -> list[dict[str
         "env": backend.launcher_env,
     }, {
         # Snakemake runs the stage's script in one process on one node, which sets this environment itself
-        # (stages/kernel_numerics/) before it loads the kernels.
+        # (stages/kernel_numerics/) before it loads the kernels; the script reads its settings from Snakemake,
+        # so the command a person can run is the stage's own target (after its pin_env stamps).
         "stage": "kernel_numerics", "launch": "stage process (no torchrun)",
-        "command": [python, str(project / "workflow" / "scripts" / "kernel_numerics.py")],
+        "command": ["snakemake", "--cores", "1", *(arg for path in configfiles for arg in ("--configfile", str(path))),
+                    "results/kernel_numerics/measured.json"],
         "env": backend.device_process_env,
     }]
     # What each launch changes in the stage's own recipe (every setting reaches the ranks in its TrainerRun file).
@@ -341,6 +344,11 @@ def run_check(name: str, function: Callable[[], Any], checks: dict[str, Any]) ->
         checks[name]["seconds"] = round(time.perf_counter() - started, 2)
 
 
+def not_run(name: str, reason: str, checks: dict[str, Any]) -> None:
+    """A check that could not run because another one failed: its record says which, with no traceback."""
+    checks[name] = {"status": "not_run", "error": f"not run: {reason}", "seconds": 0.0}
+
+
 def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: Path = PROJECT) -> dict[str, Any]:
     """Runs every check (each one's failure is recorded, the others still run) and writes the report."""
     from ..backends import make_backend
@@ -362,6 +370,16 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
     run_check("install_plan", lambda: install_plan(project, config["neuron"]["sdk"]), checks)
     # The neuron backend's entries, read at call time (a test takes one away to see the check fail).
     run_check("torchtitan_api", lambda: torchtitan_api(titan_api.TORCHTITAN_API), checks)
+    # A torchtitan from before the config refactor builds no recipe and no plan: the checks that would build
+    # one say so instead of each failing with its own traceback.
+    titan_refused = titan_api.config_api_problem() is not None
+
+    def titan_check(name: str, function: Callable[[], Any]) -> None:
+        if titan_refused:
+            not_run(name, "the installed torchtitan is refused (see torchtitan_api)", checks)
+        else:
+            run_check(name, function, checks)
+
     if config is not None:
         backend = make_backend(config, str(RunFolder(project).cache.resolve()))
         dense_json = run_check(
@@ -376,11 +394,11 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
             lnc = config["neuron"]["lnc"]
             reasons = config["training"]["accepted_differences"]
             native_reasons = reasons.get("train_native", {})
-            run_check("train_native", lambda: native_check(recipes["train_native"], lnc, native_reasons), checks)
-            run_check("train_hf", lambda: hf_check(recipes["train_hf"], reasons.get("train_hf", {})), checks)
-            run_check("moe_reduced", lambda: moe_check(recipes["moe_reduced"], config, Path(dense_json["moe"])), checks)
-            run_check("launches", lambda: launch_plan(config, backend, project), checks)
-        run_check("fsdp_plan", lambda: fsdp_plan(config, out), checks)
+            titan_check("train_native", lambda: native_check(recipes["train_native"], lnc, native_reasons))
+            titan_check("train_hf", lambda: hf_check(recipes["train_hf"], reasons.get("train_hf", {})))
+            titan_check("moe_reduced", lambda: moe_check(recipes["moe_reduced"], config, Path(dense_json["moe"])))
+            run_check("launches", lambda: launch_plan(config, backend, project, configfiles), checks)
+        titan_check("fsdp_plan", lambda: fsdp_plan(config, out))
     failed = [name for name, check in checks.items() if check["status"] != "pass"]
     report = {
         "title": "trn2 preflight",
@@ -447,7 +465,7 @@ def fsdp_plan(config: dict[str, Any], out: Path) -> dict[str, Any]:
     from ..rank_plan import run_plan_subprocess
 
     plan = config["plan"]
-    result = run_plan_subprocess(flavor=plan["flavor"], world_size=config["ranks"],
+    result = run_plan_subprocess(flavor=plan["flavor"], world_size=plan["world_size"],
                                  hbm_per_rank_gib=plan["hbm_per_rank_gib"], out_path=out / "work" / "plan.json")
     if not result["fits"]:
         raise PreflightError(f"the {plan['flavor']} FSDP plan needs {result['static_gib_per_rank']:.2f} GiB per rank; "
