@@ -6,6 +6,7 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 from conftest import PROJECT
 
 PACKAGE = PROJECT / "workflow" / "scripts" / "qwen3_pilot"
@@ -144,3 +145,23 @@ def test_the_tests_follow_the_packages_layout():
     subpackages = {path.parent.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("__init__.py")}
     assert {"titan", "stages", "e2e", "."} <= folders  # the reader finds the folders
     assert folders - subpackages - {"e2e", "."} == set(), "a tests/ folder named for no subpackage of qwen3_pilot"
+
+
+def test_nothing_a_run_writes_is_tracked_or_left_unignored_by_git():
+    """The folders a run writes into the checkout (stage outputs, logs, benchmarks, Snakemake's state, the
+    library caches, the sign-offs and the ledger of reports written): git ignores each and tracks nothing in
+    them, so the report's "uncommitted changes" flag means a change to the code or config, never a run's own
+    files."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (PROJECT / ".git").exists():
+        pytest.skip("not a git checkout")
+    written = ["results/report.json", "logs/report/report.log", "benchmarks/report.tsv", ".snakemake/log/x.log",
+               ".cache/huggingface/x", "signoffs/signoffs.jsonl", "signoffs/reports_written.jsonl"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=PROJECT, capture_output=True,
+                             text=True).stdout.split()
+    assert ignored == written
+    tracked = subprocess.run(["git", "ls-files", "--", *{path.split("/")[0] for path in written}], cwd=PROJECT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert tracked == []
