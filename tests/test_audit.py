@@ -20,6 +20,7 @@ def workspace(tmp_path):
     artifact.write_bytes(b"\x00\x01\x02\x03")
     report = {
         "status": "pass",
+        "backend": "cpu",
         "provenance": {"commit": "abc", "dirty": False, "started": "2026-12-03T10:00:00.000+00:00",
                        "config_digest": "d" * 64},
         "stages": [{"stage": "fetch_weights", "artifacts": [
@@ -139,6 +140,28 @@ def test_a_failed_run_or_a_changed_artifact_can_only_be_rejected(workspace):
     with pytest.raises(SignoffError, match="status fail \\(a failed run\\): only DECISION=reject"):
         signoff(report, "A Reviewer", "approve", "", signoffs)
     assert signoff(report, "A Reviewer", "reject", "the gate failed", signoffs)["decision"] == "reject"
+
+
+def test_an_incomplete_report_can_only_be_rejected(workspace):
+    report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
+    report.write_text(report.read_text().replace('"pass"', '"incomplete"'))
+    record_written_report(report)
+    with pytest.raises(SignoffError, match="status incomplete \\(stages did not run\\): only DECISION=reject"):
+        signoff(report, "A Reviewer", "approve", "", signoffs)
+    assert signoff(report, "A Reviewer", "reject", "half a pilot", signoffs)["decision"] == "reject"
+
+
+def test_verify_lists_the_signoffs_of_runs_on_the_reports_backend_only(workspace):
+    report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
+    cpu = signoff(report, "A Reviewer", "approve", "the rehearsal", signoffs)
+    assert cpu["backend"] == "cpu"
+    # The same folder's next run on the trn2, written by the workflow.
+    report.write_text(report.read_text().replace('"cpu"', '"neuron"'))
+    record_written_report(report, signoffs_path=signoffs)
+    lines, ok = verify(report, signoffs)
+    assert ok and len(lines) == 1  # the CPU rehearsal's approval is not this run's, nor superseded by it
+    trn2 = signoff(report, "A Reviewer", "approve", "the pilot", signoffs)
+    assert verify(report, signoffs)[0][1:] == [f"  signed: approve by A Reviewer on {trn2['date']}, this report"]
 
 
 @pytest.mark.parametrize("name, decision, message", [

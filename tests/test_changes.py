@@ -35,7 +35,7 @@ def environment(transformers="5.16.0"):
 
 
 def report(stages, transformers="5.16.0", commit="abc"):
-    return {"status": "pass", "stages": stages, "environment": environment(transformers),
+    return {"status": "pass", "backend": "cpu", "stages": stages, "environment": environment(transformers),
             "config": {"training": {"steps": 10}},
             "provenance": {"commit": commit, "dirty": False, "config_digest": "d" * 64}}
 
@@ -162,12 +162,35 @@ def signed(tmp_path):
 
 def test_the_default_baseline_is_the_last_approved_signoffs_copy(signed):
     folder, record = signed
-    baseline, where = find_baseline(None, folder, folder / "signoffs" / "signoffs.jsonl")
+    baseline, where = find_baseline(None, folder, folder / "signoffs" / "signoffs.jsonl", "cpu")
     assert where["sha256"] == record["report_sha256"] and where["signed_off"]["name"] == "Ada"
     assert baseline["stages"][0]["figures"] == {}
     signoff(folder / "results" / "report.json", "Bob", "reject", "no")  # a rejection is not a baseline
-    assert find_baseline(None, folder, folder / "signoffs" / "signoffs.jsonl")[1]["sha256"] == record["report_sha256"]
-    assert find_baseline(None, folder, folder / "elsewhere" / "signoffs.jsonl") is None
+    latest = find_baseline(None, folder, folder / "signoffs" / "signoffs.jsonl", "cpu")
+    assert latest[1]["sha256"] == record["report_sha256"]
+    assert find_baseline(None, folder, folder / "elsewhere" / "signoffs.jsonl", "cpu") is None
+
+
+def test_a_trn2_run_is_never_baselined_on_a_cpu_approval(signed):
+    folder, record = signed
+    signoffs = folder / "signoffs" / "signoffs.jsonl"
+    assert find_baseline(None, folder, signoffs, "neuron") is None
+    # A sign-off recorded before sign-offs named their backend: the signed copy's backend decides.
+    legacy = {key: value for key, value in record.items() if key != "backend"}
+    signoffs.write_text(json.dumps(legacy) + "\n")
+    assert find_baseline(None, folder, signoffs, "neuron") is None
+    assert find_baseline(None, folder, signoffs, "cpu")[1]["sha256"] == record["report_sha256"]
+
+
+def test_a_configured_baseline_of_another_backend_is_a_config_error(tmp_path, monkeypatch):
+    from conftest import default_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old.json").write_text(json.dumps(report([stage("train_hf")])))
+    assert not config_problems(default_config({"report": {"baseline": "old.json"}}))
+    trn2 = default_config({"report": {"baseline": "old.json"}, "backend": "neuron"})
+    assert ("report.baseline = 'old.json': a report of the cpu backend; this run is on neuron, and a run is compared "
+            "only with a run of its own backend") in config_problems(trn2)
 
 
 def test_an_edited_copy_of_the_signed_report_is_not_used_as_baseline(signed):
@@ -176,7 +199,7 @@ def test_an_edited_copy_of_the_signed_report_is_not_used_as_baseline(signed):
     copy.write_text(copy.read_text().replace('"pass"', '"fail"', 1))
     with pytest.raises(BaselineError, match=f"{copy}: the signed-off report's copy has sha256 .* recorded "
                                             f"{record['report_sha256']}"):
-        find_baseline(None, folder, folder / "signoffs" / "signoffs.jsonl")
+        find_baseline(None, folder, folder / "signoffs" / "signoffs.jsonl", "cpu")
     tolerant = changes_since_baseline(report([stage("train_hf")]), None, None, folder,
                                       folder / "signoffs" / "signoffs.jsonl", strict=False)
     assert tolerant["against_baseline"] is None and "The baseline was not used" in tolerant["headline"]

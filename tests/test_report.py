@@ -54,6 +54,22 @@ def test_stages_without_a_summary_are_not_run_never_pass(tmp_path):
     assert on_disk["provenance"]["commit"]
 
 
+def test_a_cpu_report_says_first_that_it_is_a_rehearsal_with_the_stand_ins_sizes(tmp_path):
+    report = build(tmp_path, {
+        "fetch_weights": write_summary(tmp_path, "fetch_weights", figures={"parameters_stored": 754_560}),
+        "moe_reduced": write_summary(tmp_path, "moe_reduced", figures={"parameters": 1_234_567}),
+    })
+    assert report["title"] == "Qwen3 pilot, CPU rehearsal: audit trail (tiny stand-in models, no Trainium figure)"
+    assert report["caveat"].startswith("CPU rehearsal: tiny stand-in models with the real architectures (dense Qwen3 "
+                                       "754,560 parameters; reduced MoE 1,234,567 parameters) on gloo ranks.")
+    assert "no figure on this page is a Trainium figure" in report["caveat"]
+    text = visible_text((tmp_path / "report.html").read_text())
+    # The title, then the caveat: the first two things on the page.
+    assert text.index(report["title"]) < text.index("CPU rehearsal: tiny stand-in") < text.index("Verdict")
+    neuron = build(tmp_path, {}, {**CONFIG, "backend": "neuron", "ranks": 64})
+    assert neuron["title"] == "Qwen3 on AWS Trainium (trn2): pilot audit trail" and neuron["caveat"] is None
+
+
 def test_everything_written_into_html_is_escaped(tmp_path):
     hostile = "<script>alert(1)</script>"
     summaries = {"fetch_corpus": write_summary(
@@ -178,7 +194,8 @@ def test_a_later_summary_of_the_stage_removes_its_failure_record(tmp_path, monke
     write_failure("train_native", RuntimeError("x"), tmp_path / "x.log", tmp_path / "y.log", {})
     assert failure_path("train_native").exists()
     StageSummary(stage="train_native", status="pass", backend="cpu").write(tmp_path / "summary.json")
-    assert not failure_path("train_native").exists()
+    # The record and the sha256 written beside it, both: nothing is left in results/failures/.
+    assert list(failure_path("train_native").parent.iterdir()) == []
 
 
 def test_the_dependency_map_is_snakemakes_job_graph():

@@ -133,6 +133,12 @@ def write_recorded_json(path: Path, payload: Any) -> str:
     return record_digest(path)
 
 
+def remove_recorded(path: Path) -> None:
+    """A file written with its sha256 beside it, removed with it: a digest never outlives its file."""
+    Path(path).unlink(missing_ok=True)
+    digest_path(path).unlink(missing_ok=True)
+
+
 def recorded_digest(path: Path) -> str | None:
     recorded = digest_path(path)
     return recorded.read_text().split()[0] if recorded.is_file() else None

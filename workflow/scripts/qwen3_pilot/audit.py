@@ -87,6 +87,17 @@ def read_signoffs(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def signoff_backend(record: dict[str, Any], signoffs_path: Path) -> str | None:
+    """The backend of the run a sign-off was given to: recorded with it, or, for a sign-off from before it was,
+    read from the signed report's copy beside the sign-offs (None when that is gone)."""
+    if "backend" in record:
+        return record["backend"]
+    try:
+        return json.loads((signoffs_path.parent / f"{record['report_sha256']}.json").read_text()).get("backend")
+    except (OSError, ValueError):
+        return None
+
+
 def default_signoffs(report_path: Path) -> Path:
     """signoffs/signoffs.jsonl of the workflow folder the report belongs to (results/report.json's)."""
     return report_path.resolve().parent.parent / SIGNOFFS
@@ -152,8 +163,9 @@ def signoff(
         if not written_by_workflow(report_path, digests, signoffs_path):
             raise SignoffError(f"{report_path}: not a report the workflow wrote (its sha256 and its html's are "
                                f"not in {signoffs_path.parent / REPORTS_WRITTEN}): only DECISION=reject")
-        if report.get("failed_run") or report["status"] == "fail":
-            raise SignoffError(f"{report_path}: status {report['status']} (a failed run): only DECISION=reject")
+        if report.get("failed_run") or report["status"] != "pass":
+            why = "a failed run" if report.get("failed_run") or report["status"] == "fail" else "stages did not run"
+            raise SignoffError(f"{report_path}: status {report['status']} ({why}): only DECISION=reject")
         changed = artifact_changes(report, report_path.resolve().parent.parent)
         if changed:
             raise SignoffError(f"{report_path}: {len(changed)} artifact(s) changed since their stage recorded "
@@ -167,6 +179,7 @@ def signoff(
         "report_sha256": json_sha256,
         "report_html_sha256": html_sha256,
         "report_status": report["status"],
+        "backend": report["backend"],
         "report_started": report["provenance"].get("started"),
         "config_digest": report["provenance"].get("config_digest"),
         "commit": report["provenance"].get("commit"),
@@ -195,8 +208,10 @@ def verify(report_path: Path, signoffs_path: Path | None = None) -> tuple[list[s
     changes = artifact_changes(report, report_path.resolve().parent.parent)
     digests = report_digests(report_path)
     written = written_by_workflow(report_path, digests, signoffs_path)
+    # The sign-offs given to runs of this report's backend: a CPU rehearsal's approval says nothing of a trn2 run.
     states = [(record, signoff_state(record, digests, written)) for record in read_signoffs(signoffs_path)
-              if record["report"] == report_key(report_path)]
+              if record["report"] == report_key(report_path)
+              and signoff_backend(record, signoffs_path) == report["backend"]]
     listed = sum(len(stage.get("artifacts", [])) for stage in report["stages"])
     outside = [c for c in changes if c["now"] == OUTSIDE]
     changed = [c for c in changes if c["now"] != OUTSIDE]

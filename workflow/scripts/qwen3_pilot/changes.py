@@ -228,20 +228,22 @@ class BaselineError(ValueError):
 
 
 def find_baseline(
-    configured: str | None, workflow_dir: Path, signoffs: Path
+    configured: str | None, workflow_dir: Path, signoffs: Path, backend: str
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(the baseline report, where it came from), or None when there is none: config `report.baseline`
-    when set, else the copy of the report that the last approving sign-off was given to. A copy whose
-    sha256 is not the one its sign-off recorded is not used: that is an error naming both digests."""
+    when set (parse_time.config holds it to this run's backend), else the copy of the report that the last
+    approving sign-off of a run on `backend` was given to. A copy whose sha256 is not the one its sign-off
+    recorded is not used: that is an error naming both digests."""
     if configured:
         path = Path(configured) if Path(configured).is_absolute() else workflow_dir / configured
         if not path.is_file():
             raise BaselineError(f"config report.baseline: {path} is not a file (expected a report.json)")
         return json.loads(path.read_text()), {"source": "config report.baseline", "path": str(path),
                                               "sha256": current_sha256(path)}
-    from .audit import read_signoffs
+    from .audit import read_signoffs, signoff_backend
 
-    approvals = [record for record in read_signoffs(signoffs) if record["decision"] == "approve"]
+    approvals = [record for record in read_signoffs(signoffs)
+                 if record["decision"] == "approve" and signoff_backend(record, signoffs) == backend]
     if not approvals:
         return None
     record = approvals[-1]
@@ -287,7 +289,7 @@ def changes_since_baseline(report: dict[str, Any], plan: dict[str, Any] | None, 
     runs = stage_runs(plan, report["stages"])
     not_run = frozenset(stage["stage"] for stage in report["stages"] if stage["status"] == "not_run")
     try:
-        found = find_baseline(configured, workflow_dir, signoffs)
+        found = find_baseline(configured, workflow_dir, signoffs, report["backend"])
     except BaselineError as error:
         if strict:
             raise

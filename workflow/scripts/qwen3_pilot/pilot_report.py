@@ -20,13 +20,21 @@ NO_SUMMARY = "no summary of this stage among the report's inputs"
 
 # report.json's shape; the report is checked against it before it is written.
 REPORT_SCHEMA = WORKFLOW / "schemas" / "report.schema.json"
-SCHEMA_VERSION = "1.0.0"
+SCHEMA_VERSION = "1.1.0"
 def titles(config: dict[str, Any]) -> dict[str, str]:
     """Each stage's title with the config's figures in it (steps, layers, experts)."""
     return {stage: title.format(**config) for stage, title in STAGES}
 
 
-FAILED_RUN_TITLE = "FAILED RUN: Qwen3 on AWS Trainium pilot audit trail (not a finished pilot)"
+def report_heading(backend: str, stages: list[dict[str, Any]], failed_run: bool) -> tuple[str, str | None]:
+    """(the page's title, its first line or None): what ran, as the backend words it (a CPU run says it is a
+    rehearsal with stand-in models), and a failed run says so first."""
+    from .backends import backend_module
+
+    module = backend_module(backend)
+    title = module.REPORT_TITLE
+    caveat = module.report_caveat({stage["stage"]: stage.get("figures") or {} for stage in stages})
+    return (f"FAILED RUN: {title} (not a finished pilot)" if failed_run else title), caveat
 
 
 def failed_ancestor(stage: str, failed: set[str]) -> str | None:
@@ -120,7 +128,7 @@ def build_failed_report(
     skipped = skipped_stages(config)
     stages = failed_run_stages(results, run_started, config, skipped)
     paths = {"html_path": results / "report.html", "json_path": results / "report.json"}
-    report = write_report(stages, FAILED_RUN_TITLE, config=config, config_digest=config_digest,
+    report = write_report(stages, config=config, config_digest=config_digest,
                           workflow_dir=workflow_dir, optional=set(skipped), failed_run=True, **paths)
     # Snakemake takes an existing report as done when its inputs are missing (it does not rebuild missing
     # intermediates of an existing target), so the next run would keep this report. Dated 1970, it is older
@@ -133,7 +141,7 @@ def build_failed_report(
 
 
 def write_report(
-    stages: list[dict[str, Any]], title: str, *, config: dict[str, Any], config_digest: str, workflow_dir: Path,
+    stages: list[dict[str, Any]], *, config: dict[str, Any], config_digest: str, workflow_dir: Path,
     html_path: Path, json_path: Path, optional: set[str], failed_run: bool = False,
 ) -> dict[str, Any]:
     for stage in stages:
@@ -143,9 +151,11 @@ def write_report(
     started = min((s["started"] for s in stages if s["started"]), default="")
     pin_env = next((s for s in stages if s["stage"] == "pin_env" and s["status"] == "pass"), None)
     status = overall_status(stages, optional)
+    title, caveat = report_heading(config["backend"], stages, failed_run)
     report = {
         "schema_version": SCHEMA_VERSION,
         "title": title,
+        "caveat": caveat,
         # A failed run is a fail even where the failure left no stage record (a parse or scheduling error).
         "status": "fail" if failed_run else status,
         "failed_run": failed_run,

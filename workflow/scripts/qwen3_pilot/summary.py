@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .artifacts import describe_artifact, now_iso, write_recorded_json
+from .artifacts import describe_artifact, now_iso, remove_recorded, write_recorded_json
 from .paths import HERE
 from .stage_progress import stage_started
 
@@ -78,5 +78,5 @@ class StageSummary(StageRecord):
     def write(self, path: Path) -> dict[str, Any]:
         payload = super().write(path)
         if self.status != "fail":
-            failure_path(self.stage).unlink(missing_ok=True)  # this run replaces an earlier failure
+            remove_recorded(failure_path(self.stage))  # this run replaces an earlier failure
         return payload

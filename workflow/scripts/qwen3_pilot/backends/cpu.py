@@ -18,6 +18,23 @@ from . import Backend, cache_env, multi_node_launch, thread_caps
 log = logging.getLogger(__name__)
 
 SKIP_ENV = "QWEN3_PILOT_SKIP_CPU_WORKAROUNDS"
+
+# The report's title on this backend: a CPU run is a rehearsal, and its page says so before anything else.
+REPORT_TITLE = "Qwen3 pilot, CPU rehearsal: audit trail (tiny stand-in models, no Trainium figure)"
+
+
+def report_caveat(figures: dict[str, dict[str, Any]]) -> str:
+    """The report's first line on this backend, with the stand-ins' sizes as the run measured them (`figures`:
+    each stage's recorded figures)."""
+
+    def size(stage: str, key: str) -> str:
+        count = figures.get(stage, {}).get(key)
+        return f"{count:,} parameters" if isinstance(count, int) else f"size not recorded ({stage} has no figure)"
+
+    return ("CPU rehearsal: tiny stand-in models with the real architectures (dense Qwen3 "
+            f"{size('fetch_weights', 'parameters_stored')}; reduced MoE {size('moe_reduced', 'parameters')}) on "
+            "gloo ranks. It proves that the workflow, the recipes and every check run end to end; no figure on this "
+            "page is a Trainium figure, and none says how Qwen3-4B trains on a trn2.")
 WORKAROUNDS = ("device", "memory", "barrier", "fsdp_sum")
 
 

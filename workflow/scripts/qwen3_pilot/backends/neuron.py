@@ -25,6 +25,14 @@ from . import Backend, cache_env, multi_node_launch, thread_caps
 
 log = logging.getLogger(__name__)
 
+# The report's title on this backend; its stages' own notes say what each figure proves.
+REPORT_TITLE = "Qwen3 on AWS Trainium (trn2): pilot audit trail"
+
+
+def report_caveat(figures: dict[str, dict[str, Any]]) -> None:
+    """No first-line caveat: the page reports what ran on the trn2."""
+    return None
+
 # The Neuron driver, runtime, collectives and tools (neuron-ls) packages, as AWS's SDK 2.33.0 component list
 # names them (envs/neuron-sdk/<release>.toml [system] and [tools], workflow/resources/neuron/sdk-2.33.0-components.md;
 # tests/backends/test_neuron_backend.py holds the two to each other); the same names in

@@ -111,12 +111,13 @@ def config_problems(config: dict[str, Any]) -> list[str]:
                         f"benchmark.recipes = {bench['recipes']}")
     baseline = config["report"]["baseline"]
     if baseline:
-        problems.extend(baseline_problems(Path(baseline)))
+        problems.extend(baseline_problems(Path(baseline), config["backend"]))
     return problems
 
 
-def baseline_problems(path: Path) -> list[str]:
-    """A configured baseline must be a report.json this workflow wrote (relative paths: the workflow's)."""
+def baseline_problems(path: Path, backend: str) -> list[str]:
+    """A configured baseline must be a report.json this workflow wrote (relative paths: the workflow's), of a
+    run on the same backend: a CPU rehearsal's figures say nothing about a trn2 run's."""
     where = f"report.baseline = {str(path)!r}"
     if not path.is_file():
         return [f"{where}: no such file (expected a results/report.json of an earlier run)"]
@@ -126,7 +127,12 @@ def baseline_problems(path: Path) -> list[str]:
         return [f"{where}: not readable as JSON ({error})"]
     missing = [key for key in ("stages", "provenance", "environment")
                if not isinstance(baseline, dict) or key not in baseline]
-    return [f"{where}: not a pilot report.json (no {', '.join(missing)})"] if missing else []
+    if missing:
+        return [f"{where}: not a pilot report.json (no {', '.join(missing)})"]
+    if baseline.get("backend") != backend:
+        return [f"{where}: a report of the {baseline.get('backend')} backend; this run is on {backend}, and a run is "
+                "compared only with a run of its own backend"]
+    return []
 
 
 def fill_derived(config: dict[str, Any]) -> dict[str, Any]:

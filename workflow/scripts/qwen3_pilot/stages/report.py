@@ -20,5 +20,5 @@ def run(
 ) -> dict[str, Any]:
     skipped = skipped_stages(config)
     stages = collect_stages(summaries, config, skipped)
-    return write_report(stages, "Qwen3 on AWS Trainium: pilot audit trail", config=config, config_digest=config_digest,
-                        workflow_dir=workflow_dir, html_path=html_path, json_path=json_path, optional=set(skipped))
+    return write_report(stages, config=config, config_digest=config_digest, workflow_dir=workflow_dir,
+                        html_path=html_path, json_path=json_path, optional=set(skipped))
