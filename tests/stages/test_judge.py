@@ -128,9 +128,9 @@ def measured_numerics(tmp_path, rope_bfloat16_diff):
     return measured_record(tmp_path, "kernel_numerics", {
         "numerics": [
             {"section": "rope", "op": "rope_forward_q", "dtype": "bfloat16", "shape": [1, 256, 4, 64],
-             "max_abs_diff": rope_bfloat16_diff, "max_abs_input": 4.0},
+             "max_abs_diff": rope_bfloat16_diff, "max_ulp_diff": rope_bfloat16_diff / 2.0**-6, "max_abs_input": 4.0},
             {"section": "moe", "op": "moe_forward", "dtype": "float32", "shape": [64, 32], "max_abs_diff": 0.0,
-             "impl": "grouped_experts_swiglu", "reference": "looped_experts_swiglu"}],
+             "max_ulp_diff": 0.0, "impl": "grouped_experts_swiglu", "reference": "looped_experts_swiglu"}],
         "largest_diff_per_dtype": {"rope": {"bfloat16": rope_bfloat16_diff}, "moe": {"float32": 0.0}},
         "seq_len_rule": {"lnc": 2, "verdict": "pass"},
         "replacement_counts": {"dense": {"rope_hf": 2}},

@@ -307,3 +307,40 @@ def test_an_unknown_setting_is_refused_by_the_schema_with_its_key():
 
     with pytest.raises(WorkflowError, match=r"'tolerance' was unexpected"):
         default_config({"kernel_numerics": {"rope": {"tolerance": 1e-3}}})
+
+
+# ---- a float32 tolerance in ulps: what the guide's 0.0 becomes on a device with no bit-equality claim ----
+
+
+def test_a_row_records_its_difference_in_ulps_of_the_reference():
+    reference = torch.tensor([1.0, -3.0, 0.75])
+    one_up = torch.nextafter(reference, torch.tensor(10.0))
+    two_up = torch.nextafter(one_up, torch.tensor(10.0))
+    assert comparison_row("rope_forward_q", "float32", [3], reference, reference)["max_ulp_diff"] == 0.0
+    assert comparison_row("rope_forward_q", "float32", [3], one_up, reference)["max_ulp_diff"] == 1.0
+    row = comparison_row("rope_forward_q", "float32", [3], two_up, reference)
+    assert row["max_ulp_diff"] == 2.0 and row["max_abs_diff"] == pytest.approx(2 * 2.0**-22)  # at -3: 2^-22 apart
+    # In bfloat16 an ulp at 1.0 is 2^-7.
+    bf16 = torch.tensor([1.0], dtype=torch.bfloat16)
+    assert comparison_row("rope_forward_q", "bfloat16", [1], bf16 + 2.0**-7, bf16)["max_ulp_diff"] == 1.0
+
+
+@pytest.mark.parametrize("steps, verdict", [(0, "pass"), (2, "pass"), (3, "fail")])
+def test_an_ulps_tolerance_holds_the_ulp_difference_not_the_absolute_one(steps, verdict):
+    reference = torch.tensor([1.0, 1000.0])
+    actual = reference.clone()
+    for _ in range(steps):
+        actual = torch.nextafter(actual, torch.tensor(1e9))
+    row = comparison_row("rope_forward_q", "float32", [2], actual, reference)
+    (row,), problems = judged("rope", [row], {"float32": {"ulps": 2}})
+    assert (row["held_to"], row["tolerance"], row["verdict"]) == ("max_ulp_diff", 2, verdict)
+    if verdict == "fail":
+        assert problems == ["rope: rope_forward_q float32 shape [2]: max diff 3 ulps > tolerance 2 ulps "
+                            f"(max abs diff {row['max_abs_diff']:.3g})"]
+
+
+def test_the_verdict_says_what_its_float32_ulps_prove():
+    assert "bit-identical to PyTorch's (0 ulps)" in judging.float32_agreement(0.0)
+    two = judging.float32_agreement(2.0)
+    assert "largest difference is 2 ulps" in two and "not bit identity" in two
+    assert judging.float32_agreement(None) == ""

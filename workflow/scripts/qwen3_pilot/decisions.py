@@ -85,7 +85,9 @@ def _kernel_numerics(f):
     worst = "; ".join(f"{kernel}: " + ", ".join(f"{dtype} {number(diff)}" for dtype, diff in dtypes.items())
                       for kernel, dtypes in largest.items())
     passed = sum(row["verdict"] == "pass" for row in rows)
-    return f"{passed} of {len(rows)} comparisons within tolerance; largest |diff| {worst}"
+    ulps = [row["max_ulp_diff"] for row in rows if row["dtype"] == "float32" and "max_ulp_diff" in row]
+    return (f"{passed} of {len(rows)} comparisons within tolerance; largest |diff| {worst}"
+            + (f"; float32 at most {number(max(ulps))} ulps" if ulps else ""))
 
 
 def _moe_reduced(f):

@@ -14,12 +14,16 @@ class NumericsError(RuntimeError):
     pass
 
 
-def row_tolerance(row: dict[str, Any], tolerances: dict[str, Any]) -> float:
-    """The row's dtype's tolerance; "bf16_stepwise" derived from the largest input the row measured."""
+def row_tolerance(row: dict[str, Any], tolerances: dict[str, Any]) -> tuple[str, float]:
+    """(the figure the row is held to, its bound) for the row's dtype: max_abs_diff against an absolute
+    tolerance, or against "bf16_stepwise" derived from the largest input the row measured; max_ulp_diff
+    against {ulps: n}, a bound in units in the last place of the reference."""
     tolerance = tolerances[row["dtype"]]
     if tolerance == "bf16_stepwise":
-        return bf16_stepwise_rope_bound(row["max_abs_input"])
-    return tolerance
+        return "max_abs_diff", bf16_stepwise_rope_bound(row["max_abs_input"])
+    if isinstance(tolerance, dict):
+        return "max_ulp_diff", tolerance["ulps"]
+    return "max_abs_diff", tolerance
 
 
 def within(difference: float, tolerance: float) -> str:
@@ -30,14 +34,29 @@ def judged_rows(rows: list[dict[str, Any]], tolerances: dict[str, dict[str, Any]
     """Each comparison row (its "section" rope or moe) given its tolerance and verdict; the failed ones in words."""
     problems = []
     for row in rows:
-        row["tolerance"] = row_tolerance(row, tolerances[row["section"]])
-        row["verdict"] = within(row["max_abs_diff"], row["tolerance"])
+        row["held_to"], row["tolerance"] = row_tolerance(row, tolerances[row["section"]])
+        row["verdict"] = within(row[row["held_to"]], row["tolerance"])
         if row["verdict"] != "pass":
+            measured = (f"max abs diff {row['max_abs_diff']:.3g} > tolerance {row['tolerance']:.3g}"
+                        if row["held_to"] == "max_abs_diff" else
+                        f"max diff {row['max_ulp_diff']:.3g} ulps > tolerance {row['tolerance']:g} ulps "
+                        f"(max abs diff {row['max_abs_diff']:.3g})")
             problems.append(
                 f"{row['section']}: {row['op']} {row['dtype']} shape {row['shape']}"
-                + (f" ({row['impl']} vs {row['reference']})" if "impl" in row else "")
-                + f": max abs diff {row['max_abs_diff']:.3g} > tolerance {row['tolerance']:.3g}")
+                + (f" ({row['impl']} vs {row['reference']})" if "impl" in row else "") + f": {measured}")
     return problems
+
+
+def float32_agreement(ulps: float | None) -> str:
+    """What the largest float32 difference in ulps proves, said with the verdict."""
+    if ulps is None:
+        return ""
+    if ulps == 0:
+        return (" In float32 every output and gradient is bit-identical to PyTorch's (0 ulps) for these inputs: the "
+                "same rounding at every step, or differences that cancel exactly.")
+    return (f" In float32 the largest difference is {ulps:.3g} ulps of PyTorch's value: agreement up to the last "
+            "bits, what another order of the same exact operations or a fused multiply-add gives; not bit "
+            "identity, and no bound at inputs not tested.")
 
 
 def judged_trains(trains: dict[str, Any], tolerance: float) -> list[str]:
@@ -85,6 +104,7 @@ def judge_kernel_numerics(stage: str, figures: dict[str, Any], judging: dict[str
     if problems:
         raise NumericsError("kernel_numerics failed:\n  - " + "\n  - ".join(problems))
     installed, lnc = figures["implementations"], figures["seq_len_rule"]["lnc"]
+    float32_ulps = max((row["max_ulp_diff"] for row in figures["numerics"] if row["dtype"] == "float32"), default=None)
     compile_backends = ", ".join(sorted({model["backend"] for model in figures["compile"]["models"].values()}))
     return {
         "proves": (
@@ -97,6 +117,7 @@ def judge_kernel_numerics(stage: str, figures: dict[str, Any], judging: dict[str
             "losses as without them"
             + (f"; torch.compile ({compile_backends}) gives the eager result" if compile_backends else "")
             + f"; a seq len that breaks the kernel's multiple-of-128 x LNC={lnc} rule is refused with a clear error."
+            + float32_agreement(float32_ulps)
         ),
         "does_not_prove": (
             ("Anything about the NKI kernels themselves: on this backend the replacement runs a PyTorch "
