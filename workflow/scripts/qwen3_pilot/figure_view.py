@@ -28,6 +28,7 @@ WORDS = {"mfu": "MFU", "hf": "HF", "cv": "CV", "fsdp": "FSDP", "hbm": "HBM", "tf
 # Whole keys with their own label.
 LABELS = {"peak_flops_per_rank": "peak FLOP/s per rank", "ln_vocab": "ln(vocab size) (nats)",
           "abs_difference": "|difference| (nats)", "max_abs_diff": "max |diff|", "logits_max_abs": "logits max |x|",
+          "max_ulp_diff": "max |diff| (ulps)",
           "max_abs_loss_diff": "max |loss diff| (nats)", "grad_max_abs_diff": "grad max |diff|",
           "logits_max_abs_diff": "logits max |diff|", "max_over_mean": "max / mean", "abs_diff": "|diff|",
           "step1_loss_train_hf": "step-1 loss, train_hf (nats)",
