@@ -132,11 +132,12 @@ def run_paths(runs_dir: Path, recipe: str, variant: str) -> tuple[Path, Path, st
 
 
 def compile_cache_folder(recipe_dir: Path, variant: str, eager_compiles: bool = False) -> Path | None:
-    """The compile cache of a run that compiles: its own folder per measurement (cold, warm), and one for the
-    eager run where eager mode compiles too (neuron: Backend.eager_compiles), so that the compile cost at
-    step 1 (cold - eager) compares two runs that both start from an empty cache; none for eager elsewhere."""
-    if variant == "eager" and eager_compiles:
-        return Path(recipe_dir) / "compile_cache" / "eager"
+    """The compile cache of a run that compiles: its own folder per measurement (cold, warm), and one each for
+    the eager and plain runs where eager mode compiles too (neuron: Backend.eager_compiles), so that every
+    step 1 compared (cold - eager, eager - plain) starts from an empty cache, never the one an earlier stage
+    warmed; none for eager or plain elsewhere."""
+    if variant in ("eager", "plain") and eager_compiles:
+        return Path(recipe_dir) / "compile_cache" / variant
     if not variant.startswith("compiled_"):
         return None
     return Path(recipe_dir) / "compile_cache" / variant.removeprefix("compiled_")
