@@ -134,7 +134,7 @@ def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, sett
            "width": {"dim": 8, "n_heads": 2, "n_kv_heads": 1, "head_dim": 4, "moe_hidden_dim": 8}}
     training = {"steps": 10, "seq_len": 256, "local_batch_size": 1, "global_batch_size": 2, "seed": 0, "lr": 1e-3,
                 "warmup_steps": 1, "mixed_precision_param": "float32", "export_dtype": "float32", "native_flavor": None,
-                "attention": "sdpa", "accepted_differences": {}}
+                "attention": "sdpa", "comm_init_timeout_s": 300, "comm_train_timeout_s": 100, "accepted_differences": {}}
     config = {"benchmark": settings}
     stage.run(
         backend_config={"backend": "cpu", "ranks": 2, "neuron": {"lnc": 2}}, dataset="c4_test", training=training,

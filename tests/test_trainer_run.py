@@ -14,7 +14,8 @@ from qwen3_pilot.training import control_run, trainer_launch, trainer_run
 
 TRAINING = {"steps": 10, "seq_len": 256, "local_batch_size": 1, "global_batch_size": 2, "seed": 0, "lr": 1e-3,
             "warmup_steps": 1, "mixed_precision_param": "float32", "export_dtype": "float32", "native_flavor": None,
-            "attention": "sdpa", "accepted_differences": {"train_hf": ["max_position_embeddings"]}}
+            "attention": "sdpa", "comm_init_timeout_s": 300, "comm_train_timeout_s": 100,
+            "accepted_differences": {"train_hf": ["max_position_embeddings"]}}
 ROPE = {"kernel": "rope_hf", "layers": "*", "module": "attention.rope"}
 
 

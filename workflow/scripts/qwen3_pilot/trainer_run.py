@@ -44,6 +44,8 @@ class TrainerRun:
     mixed_precision_param: str
     export_dtype: str
     attention: str  # sdpa or flex
+    comm_init_timeout_s: int  # torchtitan's comm timeouts: until the first step ends, and after it (the export)
+    comm_train_timeout_s: int
     peak_flops_per_rank: float  # MFU's denominator (verify_ranks' record)
     parity_path: str  # where rank 0 writes the parity table (PARITY_FILE)
     native_flavor: str | None = None  # the native recipe's registered flavor; None: sized from config.json

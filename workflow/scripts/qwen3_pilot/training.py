@@ -72,6 +72,8 @@ def trainer_run(
         export_dtype=training["export_dtype"],
         native_flavor=training.get("native_flavor"),  # the native recipe's only (config.stage_training)
         attention=training["attention"],
+        comm_init_timeout_s=training["comm_init_timeout_s"],
+        comm_train_timeout_s=training["comm_train_timeout_s"],
         # Only the fields: the ranks refuse any other difference; the reasons are the judge's (rule judge).
         accepted_differences=tuple(sorted(training["accepted_differences"].get(stage, []))),
         peak_flops_per_rank=peak_flops_per_rank,

@@ -175,7 +175,7 @@ def is_pinned_revision(revision: str) -> bool:
 
 # What every trainer run reads of config `training` (training.trainer_run).
 TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "seed", "lr", "warmup_steps",
-                "mixed_precision_param", "export_dtype", "attention")
+                "mixed_precision_param", "export_dtype", "attention", "comm_init_timeout_s", "comm_train_timeout_s")
 # The stages whose runs are judged by the loaded-weights gate (its thresholds are theirs only).
 GATED_STAGES = ("train_native", "train_hf")
 # The stages that measure and leave their judging to rule judge (measured.json -> summary.json): a threshold,

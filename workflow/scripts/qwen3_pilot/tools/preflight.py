@@ -178,6 +178,8 @@ def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[s
         "seq_len": trainer.training.seq_len,
         "global_batch_size": trainer.training.global_batch_size,
         "mixed_precision_param": trainer.training.mixed_precision_param,
+        # torchtitan's collective timeouts as the trainer gets them: to the end of step 1, and after (the export).
+        "comm_timeouts_s": {"init": trainer.comm.init_timeout_seconds, "train": trainer.comm.train_timeout_seconds},
     }
 
 

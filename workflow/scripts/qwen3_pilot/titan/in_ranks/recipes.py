@@ -177,6 +177,8 @@ def _shared(config, recipe: TrainerRun):
     if recipe.compile_backend is not None:  # otherwise the base recipe's own setting
         config.compile.enable = True
         config.compile.backend = recipe.compile_backend
+    config.comm.init_timeout_seconds = recipe.comm_init_timeout_s
+    config.comm.train_timeout_seconds = recipe.comm_train_timeout_s
     config.debug.seed = recipe.seed
     config.debug.print_config = False
     config.profiler.enable_profiling = False
