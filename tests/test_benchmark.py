@@ -134,7 +134,8 @@ def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, sett
            "width": {"dim": 8, "n_heads": 2, "n_kv_heads": 1, "head_dim": 4, "moe_hidden_dim": 8}}
     training = {"steps": 10, "seq_len": 256, "local_batch_size": 1, "global_batch_size": 2, "seed": 0, "lr": 1e-3,
                 "warmup_steps": 1, "mixed_precision_param": "float32", "export_dtype": "float32", "native_flavor": None,
-                "attention": "sdpa", "comm_init_timeout_s": 300, "comm_train_timeout_s": 100, "accepted_differences": {}}
+                "attention": "sdpa", "comm_init_timeout_s": 300, "comm_train_timeout_s": 100,
+                "accepted_differences": {}}
     config = {"benchmark": settings}
     stage.run(
         backend_config={"backend": "cpu", "ranks": 2, "neuron": {"lnc": 2}}, dataset="c4_test", training=training,
@@ -191,10 +192,10 @@ def test_a_named_compile_backend_compiles_the_compiled_runs_and_the_summary_name
     assert "compiled (aot_eager) against eager" in summary["proves"]
 
 
-def test_where_eager_compiles_the_eager_run_starts_from_an_empty_compile_cache_of_its_own(tmp_path, monkeypatch):
+def test_where_eager_compiles_eager_and_plain_start_from_empty_caches_of_their_own(tmp_path, monkeypatch):
     """neuron (TorchNeuron compiles in eager mode too): compile cost = cold - eager compares two cold runs, so
-    the eager run gets an emptied cache folder of its own, apart from the cold and warm ones; elsewhere the
-    eager run keeps the project's caches (no cache of its own)."""
+    the eager run gets an emptied cache folder of its own, apart from the cold and warm ones, and so does the
+    plain run its step 1 is compared with; elsewhere both keep the project's caches (no cache of their own)."""
     runs = tmp_path / "runs" / "train_native" / "compile_cache"
     (runs / "eager" / "torchinductor_cache_dir").mkdir(parents=True)
     (runs / "eager" / "torchinductor_cache_dir" / "left-by-an-earlier-run").write_text("graph")
@@ -205,7 +206,8 @@ def test_where_eager_compiles_the_eager_run_starts_from_an_empty_compile_cache_o
                       "train_native-compiled_warm": str(runs / "warm" / "torchinductor_cache_dir"),
                       "moe_reduced-eager": str(tmp_path / "runs" / "moe_reduced" / "compile_cache" / "eager" /
                                                "torchinductor_cache_dir"),
-                      "moe_reduced-plain": None}
+                      "moe_reduced-plain": str(tmp_path / "runs" / "moe_reduced" / "compile_cache" / "plain" /
+                                               "torchinductor_cache_dir")}
     assert launched["train_native-eager"]["cache_files"] == launched["train_native-compiled_cold"]["cache_files"] == []
     assert "compares two cold runs: the eager run compiles too and starts from an empty compile cache" in (
         summary["proves"])
