@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 from conftest import backend_config
 
-from qwen3_pilot.benchmark_runs import BenchmarkError, cost, mfu_pct, percentile, split_phases, steady_state
+from qwen3_pilot.benchmark_runs import (
+    BenchmarkError,
+    cost,
+    mfu_pct,
+    percentile,
+    projection,
+    split_phases,
+    steady_state,
+)
 from qwen3_pilot.training import read_steps
 
 # torchtitan's metric lines as titan_metrics writes them (a slow first step: startup and compilation).
@@ -67,7 +75,19 @@ def test_the_steady_phases_spread_is_its_coefficient_of_variation(tmp_path):
 def test_cost_per_million_tokens_and_of_the_warmup():
     figures = cost(price_per_hour=36.0, tokens_per_s_per_instance=10_000, warmup_s=600)
     assert figures["per_million_tokens"] == pytest.approx(1.0)  # 36 $/h = 0.01 $/s; 1e6 tokens = 100 s
+    assert figures["tokens_per_unit_price"] == pytest.approx(1e6)
     assert figures["warmup"] == pytest.approx(6.0)
+
+
+def test_the_full_run_is_projected_linearly_with_the_warmup_paid_once_per_instance():
+    # 3.6e9 tokens at 10,000 tokens/s on 2 instances at 90 %: 200,000 s, after a 600 s warm-up.
+    row = projection(3.6e9, 2, 0.9, 10_000, 600, price_per_hour=36.0)
+    assert row["wall_time_h"] == pytest.approx((600 + 200_000) / 3600)
+    assert row["instance_hours"] == pytest.approx(2 * (600 + 200_000) / 3600)
+    assert row["cost"] == pytest.approx(36.0 * 2 * (600 + 200_000) / 3600)
+    assert projection(3.6e9, 2, 0.9, 10_000, 600, price_per_hour=None)["cost"] is None
+    with pytest.raises(BenchmarkError, match="nothing to project from"):
+        projection(1e9, 1, 1.0, 0.0, 0, None)
 
 
 def test_mfu_against_the_backends_peak():
@@ -79,8 +99,10 @@ def test_mfu_against_the_backends_peak():
 # Time to the end of step 1 of each run of the recorded stage: the warm-cache compiled run not faster.
 STEP1 = {"eager": 9.0, "plain": 8.0, "compiled_cold": 30.0, "compiled_warm": 31.0}
 SETTINGS = {"recipes": ["train_native", "moe_reduced"], "compile_recipes": ["train_native"],
-            "compile_backend": "default", "warmup_steps": 2, "measured_steps": 3, "noisy_cv": 0.1, "cost": True,
-            "price_per_hour": 36.0}
+            "compile_backend": "default", "warmup_steps": 2, "measured_steps": 3, "noisy_cv": 0.1,
+            "price": {"per_hour": 36.0, "currency": "USD", "kind": "capacity-block", "region": "us-east-2",
+                      "as_of": "2026-12-01", "source": "a test's quote"},
+            "budget": {"tokens": None, "instances": 1, "scaling_efficiencies": [1.0, 0.9, 0.75]}}
 ROPE = {"kernel": "rope_hf", "layers": "*", "module": "attention.rope"}
 
 
@@ -231,7 +253,7 @@ def test_a_run_whose_steady_steps_vary_is_noted_noisy(tmp_path, monkeypatch):
 
 def test_the_noisy_flag_and_the_cost_are_judged_from_the_recorded_runs(tmp_path, monkeypatch):
     """Rule judge on the measured.json of a run with a spread of 0.354: a noisy_cv of 0.5 flags nothing, a
-    doubled price doubles both costs, and cost: false leaves a sentence."""
+    doubled price doubles both costs, and no price leaves a sentence naming what to set."""
     from qwen3_pilot.stages import judge
 
     def times(recipe, variant, settings):
@@ -241,18 +263,46 @@ def test_the_noisy_flag_and_the_cost_are_judged_from_the_recorded_runs(tmp_path,
     first, _ = run_stage(tmp_path, monkeypatch, times=times)
 
     def rejudged(**judging):
-        return judge.run(stage="benchmark", judging={"noisy_cv": 0.1, "cost": True, "price_per_hour": 36.0, **judging},
+        return judge.run(stage="benchmark", judging={"noisy_cv": 0.1, "price": SETTINGS["price"],
+                                                     "budget": SETTINGS["budget"], **judging},
                          measured_path=tmp_path / "measured.json", summary_path=tmp_path / "summary.json")
 
     calm = rejudged(noisy_cv=0.5)
     assert not any(row["noisy"] for row in calm["figures"]["table"]) and calm["figures"]["noisy_cv"] == 0.5
     assert not any(note.startswith("NOISY") for note in calm["notes"])
-    dearer = rejudged(price_per_hour=72.0)
+    dearer = rejudged(price={**SETTINGS["price"], "per_hour": 72.0})
     for before, after in zip(first["figures"]["cost"], dearer["figures"]["cost"], strict=True):
         assert after["per_million_tokens"] == pytest.approx(2 * before["per_million_tokens"])
         assert after["warmup"] == pytest.approx(2 * before["warmup"])
-    assert rejudged(cost=False)["figures"]["cost"] == "not asked for (benchmark.cost)"
+    unpriced = rejudged(price={**SETTINGS["price"], "per_hour": None})["figures"]
+    assert unpriced["cost"] == unpriced["price"] == (
+        "not priced: set benchmark.price.per_hour with its kind, region, as_of and source (no price is built in)")
+    assert first["figures"]["projection"].startswith("not projected: set benchmark.budget.tokens")
     assert first["figures"]["table"] == rejudged()["figures"]["table"]
+
+
+def test_a_budget_is_projected_per_recipe_and_efficiency_and_says_what_it_rests_on(tmp_path, monkeypatch):
+    from qwen3_pilot.stages import judge
+
+    run_stage(tmp_path, monkeypatch)
+    budget = {"tokens": 1e9, "instances": 4, "scaling_efficiencies": [1.0, 0.75]}
+    summary = judge.run(stage="benchmark", judging={"noisy_cv": 0.1, "price": SETTINGS["price"], "budget": budget},
+                        measured_path=tmp_path / "measured.json", summary_path=tmp_path / "summary.json")
+    figures = summary["figures"]
+    projected = figures["projection"]
+    assert projected["basis"].startswith("A linear projection from a pilot of 3 steady steps of each recipe on ")
+    assert ("1,000,000,000 tokens on 4 instance(s)" in projected["basis"]
+            and "cost at 36 USD per instance-hour (capacity-block, us-east-2, as of 2026-12-01; a test's quote)"
+            in projected["basis"])
+    eager = {row["recipe"]: row for row in figures["table"] if row["run"] == "eager"}
+    assert [(row["recipe"], row["scaling_efficiency"]) for row in projected["rows"]] == [
+        ("train_native", 1.0), ("train_native", 0.75), ("moe_reduced", 1.0), ("moe_reduced", 0.75)]
+    for row in projected["rows"]:
+        rate = eager[row["recipe"]]["tokens_per_s_per_instance"] * 4 * row["scaling_efficiency"]
+        wall_s = eager[row["recipe"]]["warmup_phase_s"] + 1e9 / rate
+        assert row["wall_time_h"] == pytest.approx(wall_s / 3600)
+        assert row["cost"] == pytest.approx(36.0 * 4 * wall_s / 3600)
+    assert unclassified(summary) == set()
 
 
 # ---- the benchmark against a baseline (changes.py): timings apart, settings and runs compared ----
@@ -282,7 +332,8 @@ def test_every_figure_the_benchmark_records_is_classified_for_the_comparison(tmp
     alone (a `cv`, a cost `warmup`) need not say that it moves on every rerun. With and without the compile
     recipes and the cost, whose sentences stand in for their tables."""
     full, _ = run_stage(tmp_path / "full", monkeypatch)
-    bare, _ = run_stage(tmp_path / "bare", monkeypatch, settings={**SETTINGS, "cost": False, "compile_recipes": []})
+    bare, _ = run_stage(tmp_path / "bare", monkeypatch, settings={
+        **SETTINGS, "price": {**SETTINGS["price"], "per_hour": None}, "compile_recipes": []})
     assert isinstance(bare["figures"]["compile"], str) and isinstance(bare["figures"]["cost"], str)
     assert unclassified(full) == set() and unclassified(bare) == set()
 

@@ -57,3 +57,15 @@ def test_a_preflight_check_shows_its_figure_or_the_first_line_of_its_error():
     failed = {"status": "fail", "error": "PreflightError: the 4B FSDP plan needs 30 GiB per rank\nmore"}
     assert preflight_figure("fsdp_plan", failed) == "PreflightError: the 4B FSDP plan needs 30 GiB per rank"
     assert preflight_figure("fsdp_plan", {"status": "pass", "figures": {}}) == "see details"
+
+
+def test_the_benchmarks_deciding_figure_adds_the_projected_full_run_where_there_is_one():
+    row = {"recipe": "train_native", "run": "eager", "median_step_s": 0.25, "tokens_per_s_per_rank": 1024.0,
+           "mfu_pct": 12.5}
+    figures = {"table": [row], "projection": "not projected: set benchmark.budget.tokens", "price": "not priced"}
+    measured = "train_native: steady step 0.25 s median, 1,024 tokens/s per rank, MFU 12 %"
+    assert deciding_figure({"stage": "benchmark", "status": "pass", "figures": figures}) == measured
+    figures |= {"price": {"currency": "USD"}, "projection": {"basis": "...", "rows": [
+        {"recipe": "train_native", "scaling_efficiency": 0.9, "wall_time_days": 12.5, "cost": 41_000.0}]}}
+    assert deciding_figure({"stage": "benchmark", "status": "pass", "figures": figures}) == (
+        f"{measured}; full run projected (train_native, 90 % scaling): 12.5 days, cost 41,000 USD")

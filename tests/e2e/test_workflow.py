@@ -148,7 +148,9 @@ def test_the_benchmark_measures_warmup_and_steady_state_eager_and_compiled_apart
     assert compiled["compile_cost_at_step1_s"] == pytest.approx(
         rows[("train_native", "compiled_cold")]["time_to_step1_s"] - rows[("train_native", "eager")]["time_to_step1_s"])
     assert figures["kernels"] == "no recipe with kernel replacements"
-    assert figures["cost"].startswith("not asked for")
+    # No price and no budget in the default config: each says what to set.
+    assert figures["cost"].startswith("not priced: set benchmark.price.per_hour")
+    assert figures["projection"].startswith("not projected: set benchmark.budget.tokens")
     assert "step time per step of each benchmarked recipe" in (completed_run / "results" / "report.html").read_text()
 
 

@@ -123,8 +123,9 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
         (lambda c: c.update(backend="neuron", ranks=64) or c["benchmark"].update(compile_backend="aot_eager"),
          "benchmark.compile_backend = 'aot_eager': the neuron backend compiles with its own (torch-neuronx's); "
          "allowed on neuron: 'default'"),
-        (lambda c: c["benchmark"].update(cost=True),
-         "benchmark.price_per_hour = null: benchmark.cost is true and needs the instance's price per hour"),
+        (lambda c: c["benchmark"]["price"].update(per_hour=40.0, kind="on-demand"),
+         "benchmark.price.per_hour = 40.0: also set benchmark.price.region, benchmark.price.as_of, "
+         "benchmark.price.source (which price it is, where, when, and from where)"),
         (lambda c: c["benchmark"].update(compile_recipes=["moe_reduced"], recipes=["train_native"]),
          "benchmark.compile_recipes = ['moe_reduced']: moe_reduced not in benchmark.recipes = ['train_native']"),
     ],

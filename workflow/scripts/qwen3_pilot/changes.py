@@ -34,10 +34,14 @@ FIGURE_KINDS: dict[str, dict[str, str]] = {
     "benchmark": {
         # Settings and counts: what was measured, not how fast.
         **dict.fromkeys(("warmup_steps", "measured_steps", "ranks", "compile_backend", "peak_flops_source",
-                         "table.steady_steps", "cost.price_per_hour", "noisy_cv", "eager_compiles"),
+                         "table.steady_steps", "cost.price_per_hour", "noisy_cv", "eager_compiles",
+                         "projection.basis"), STABLE),
+        # The price as configured: what it is, where and when it was read.
+        **dict.fromkeys(("price." + key for key in ("per_hour", "currency", "kind", "region", "as_of", "source")),
                         STABLE),
-        # The sentences written instead of a table when no recipe compiles, replaces kernels or has a price.
-        **dict.fromkeys(("compile", "kernels", "cost"), STABLE),
+        # The sentences written instead of a table when no recipe compiles, replaces kernels, has a price or a
+        # budget to project.
+        **dict.fromkeys(("compile", "kernels", "cost", "price", "projection"), STABLE),
         # cpu: the slowest rank's matmul throughput, measured in verify_ranks (neuron: a published constant).
         "peak_flops_per_rank": TIMING,
         **dict.fromkeys(("table." + column for column in (
@@ -51,7 +55,10 @@ FIGURE_KINDS: dict[str, dict[str, str]] = {
             "median_step_s_replaced", "median_step_s_plain", "step_time_relative", "peak_memory_gib_replaced",
             "peak_memory_gib_plain")), TIMING),
         # At a fixed price, the cost of a million tokens and of the warm-up are throughput and time.
-        **dict.fromkeys(("cost.per_million_tokens", "cost.warmup"), TIMING),
+        **dict.fromkeys(("cost.per_million_tokens", "cost.warmup", "cost.tokens_per_unit_price"), TIMING),
+        # The projected full run follows the measured rate.
+        **dict.fromkeys(("projection.rows." + column for column in (
+            "wall_time_h", "wall_time_days", "instance_hours", "cost")), TIMING),
     },
 }
 
@@ -63,6 +70,7 @@ NOT_COMPARED: dict[str, tuple[str, ...]] = {"benchmark": ("step_times",)}
 # `steps[3].loss` reads `steps[step=4].loss`, which stays the same when a list gains or loses rows.
 RECORD_KEYS = (
     "recipe", "run", "step", "layer", "package", "field", "section", "op", "dtype", "shape", "kernel", "module",
+    "scaling_efficiency",
 )
 
 

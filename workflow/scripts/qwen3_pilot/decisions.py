@@ -98,9 +98,17 @@ def _moe_reduced(f):
 
 def _benchmark(f):
     rows = [r for r in f["table"] if r["run"] == "eager"]
-    return "; ".join(f"{r['recipe']}: steady step {number(r['median_step_s'])} s median, "
-                     f"{number(r['tokens_per_s_per_rank'])} tokens/s per rank, MFU {number(r['mfu_pct'], 2)} %"
-                     for r in rows)
+    measured = "; ".join(f"{r['recipe']}: steady step {number(r['median_step_s'])} s median, "
+                         f"{number(r['tokens_per_s_per_rank'])} tokens/s per rank, MFU {number(r['mfu_pct'], 2)} %"
+                         for r in rows)
+    projection = f.get("projection")
+    if not isinstance(projection, dict):
+        return measured
+    # The first recipe at its first (best) efficiency: the projection's own table has every row.
+    first = projection["rows"][0]
+    return (f"{measured}; full run projected ({first['recipe']}, {number(100 * first['scaling_efficiency'])} % "
+            f"scaling): {number(first['wall_time_days'])} days"
+            + ("" if first["cost"] is None else f", cost {number(first['cost'])} {f['price']['currency']}"))
 
 
 DECIDING: dict[str, Callable[[dict[str, Any]], str]] = {

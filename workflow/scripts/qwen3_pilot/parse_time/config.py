@@ -29,6 +29,8 @@ RENAMED_KEYS = {
     "training.gate.control_above_ln_vocab.native": "training.gate.control_above_ln_vocab.train_native",
     "training.gate.control_above_ln_vocab.hf": "training.gate.control_above_ln_vocab.train_hf",
     "kernel_numerics.train.loss_tolerance": "kernel_numerics.train.tiny_model_loss_tolerance",
+    "benchmark.price_per_hour": "benchmark.price.per_hour (with its kind, region, as_of and source)",
+    "benchmark.cost": "benchmark.price (the cost is shown whenever benchmark.price.per_hour is set)",
 }
 
 
@@ -99,9 +101,12 @@ def config_problems(config: dict[str, Any]) -> list[str]:
             "weights.source = 'fixture': the neuron backend trains the published weights; allowed: 'hub'"
         )
     bench = config["benchmark"]
-    if bench["cost"] and bench["price_per_hour"] is None:
-        problems.append("benchmark.price_per_hour = null: benchmark.cost is true and needs the instance's price per "
-                        "hour (no built-in price is claimed)")
+    price = bench["price"]
+    if price["per_hour"] is not None:
+        unsaid = [key for key in ("kind", "region", "as_of", "source") if price[key] is None]
+        if unsaid:
+            problems.append(f"benchmark.price.per_hour = {price['per_hour']}: also set benchmark.price."
+                            + ", benchmark.price.".join(unsaid) + " (which price it is, where, when, and from where)")
     if config["backend"] == "neuron" and bench["compile_backend"] != "default":
         problems.append(f"benchmark.compile_backend = {bench['compile_backend']!r}: the neuron backend compiles "
                         "with its own (torch-neuronx's); allowed on neuron: 'default'")
@@ -187,7 +192,7 @@ JUDGING_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "export_reload": (("logits_tolerance",), ("min_argmax_agreement",)),
     "kernel_numerics": (("rope", "tolerances"), ("moe", "tolerances"), ("train", "tiny_model_loss_tolerance"),
                         ("compile", "tolerances")),
-    "benchmark": (("noisy_cv",), ("cost",), ("price_per_hour",)),
+    "benchmark": (("noisy_cv",), ("price",), ("budget",)),
 }
 
 

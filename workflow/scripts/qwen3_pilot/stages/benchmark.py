@@ -18,6 +18,7 @@ from ..benchmark_runs import (
     compile_effect,
     cost,
     kernel_effect,
+    projection,
     run_changes,
     run_figures,
     run_paths,
@@ -118,11 +119,14 @@ def judge_benchmark(stage: str, figures: dict[str, Any], judging: dict[str, Any]
     for row in figures["table"]:
         row["noisy"] = row["cv"] > noisy_cv
     figures["noisy_cv"] = noisy_cv
+    price, budget = judging["price"], judging["budget"]
+    eager = [row for row in figures["table"] if row["run"] == "eager"]
+    figures["price"] = price if price["per_hour"] is not None else NO_PRICE
     figures["cost"] = [
-        {"recipe": row["recipe"],
-         **cost(judging["price_per_hour"], row["tokens_per_s_per_instance"], row["warmup_phase_s"])}
-        for row in figures["table"] if row["run"] == "eager"
-    ] if judging["cost"] else "not asked for (benchmark.cost)"
+        {"recipe": row["recipe"], **cost(price["per_hour"], row["tokens_per_s_per_instance"], row["warmup_phase_s"])}
+        for row in eager
+    ] if price["per_hour"] is not None else NO_PRICE
+    figures["projection"] = projected(figures, eager, price, budget, backend)
     warmup, measured, ranks = figures["warmup_steps"], figures["measured_steps"], figures["ranks"]
     return {
         "notes": [f"NOISY: {row['recipe']} ({row['run']}): steady step time varies by {row['cv']:.0%} (coefficient "
@@ -145,6 +149,31 @@ def judge_benchmark(stage: str, figures: dict[str, Any], judging: dict[str, Any]
             "between two reports is noise, not a change."
         ),
     }
+
+
+NO_PRICE = ("not priced: set benchmark.price.per_hour with its kind, region, as_of and source (no price is "
+            "built in)")
+
+
+def projected(figures: dict[str, Any], eager: list[dict[str, Any]], price: dict[str, Any], budget: dict[str, Any],
+              backend: str) -> dict[str, Any] | str:
+    """The full run benchmark.budget describes, per benchmarked recipe and scaling efficiency, with the basis
+    every figure rests on; a sentence naming what to set when there is no budget."""
+    if budget["tokens"] is None:
+        return ("not projected: set benchmark.budget.tokens (the full run's tokens; benchmark.budget.instances and "
+                "benchmark.price.per_hour for its cost)")
+    basis = (f"A linear projection from a pilot of {figures['measured_steps']} steady steps of each recipe on "
+             f"{figures['ranks']} {backend} ranks of one instance (eager, random init): {budget['tokens']:,.0f} "
+             f"tokens on {budget['instances']} instance(s), each paying the measured warm-up once, at each scaling "
+             "efficiency shown (assumed, not measured: the pilot runs one instance)"
+             + ("; no cost: benchmark.price.per_hour is not set." if price["per_hour"] is None else
+                f"; cost at {price['per_hour']:g} {price['currency']} per instance-hour ({price['kind']}, "
+                f"{price['region']}, as of {price['as_of']}; {price['source']})."))
+    rows = [{"recipe": row["recipe"], **projection(budget["tokens"], budget["instances"], efficiency,
+                                                   row["tokens_per_s_per_instance"], row["warmup_phase_s"],
+                                                   price["per_hour"])}
+            for row in eager for efficiency in budget["scaling_efficiencies"]]
+    return {"basis": basis, "rows": rows}
 
 
 def compile_cache(backend, folder: Path, variant: str) -> dict[str, str]:
