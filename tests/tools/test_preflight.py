@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -31,7 +32,11 @@ def run(tmp_path, overlay: dict | None = None):
 def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(tmp_path, capsys):
     from qwen3_pilot.tools.preflight import print_summary
 
-    report = run(tmp_path)
+    # With a rehearsal clone of the fork: checked at the release file's ref (release-2.33).
+    upstream, fork, base = rehearsal_fork(tmp_path / "repos", installed_torchtitan_link)
+    report = preflight([TRN2], DEFAULT_MODEL_CONFIGS, tmp_path / "preflight", fork=str(fork), upstream=str(upstream))
+    assert (report["checks"]["fork"]["figures"]["ref"], report["checks"]["fork"]["figures"]["merge_base"]) == (
+        "release-2.33", base)
     assert report["status"] == "pass", {k: v.get("error") for k, v in report["checks"].items()}
     native = report["checks"]["train_native"]["figures"]
     assert native["parameters"] == 4_022_468_096 and native["layers"] == 36
@@ -54,6 +59,8 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     printed = capsys.readouterr().out
     assert "  install_plan: Neuron SDK 2.33.0 (" in printed
     assert "fork https://github.com/aws-neuron/torchtitan-neuron.git @ release-2.33\n" in printed
+    assert f"  fork: {fork} @ release-2.33 = " in printed and f"base {base[:12]} of 2026-08-15 on " in printed
+    assert f"release-2.33 = {report['checks']['fork']['figures']['commit'][:12]}: every name present; base" in decision
     parity = {row["field"]: (row["built"], row["checkpoint"], row["verdict"]) for row in native["parity"]}
     assert parity["rope_theta"] == (5_000_000.0, 5_000_000.0, "match")
     moe = report["checks"]["moe_reduced"]["figures"]
@@ -202,3 +209,73 @@ def test_the_fsdp_plan_uses_plan_world_size_not_the_ranks_of_this_run(tmp_path, 
     assert config["ranks"] == 64
     fsdp_plan(config, tmp_path)
     assert [call["world_size"] for call in asked] == [128]
+
+
+# ---- the fork before renting: its base on upstream, and the API check against its own torchtitan ----
+
+
+def commit_all(repo, message: str, date: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_DATE": f"{date}T12:00:00+00:00", "GIT_COMMITTER_DATE": f"{date}T12:00:00+00:00"}
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "add", "-A"], check=True, env=env)
+    subprocess.run([*git, "commit", "-q", "-m", message], check=True, env=env)
+    return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def rehearsal_fork(tmp_path, torchtitan) -> tuple:
+    """An upstream repository whose main holds `torchtitan` (a function that puts a torchtitan package into a
+    folder) at a commit of 2026-08-15 and moves on on 2026-08-25, and a fork branched at the first commit
+    whose release-2.33 adds a stand-in torchtitan_neuron: (upstream, fork, the base commit)."""
+    upstream = tmp_path / "upstream"
+    upstream.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(upstream)], check=True)
+    torchtitan(upstream)
+    base = commit_all(upstream, "upstream at the fork's base", "2026-08-15")
+    fork = tmp_path / "fork"
+    subprocess.run(["git", "clone", "-q", str(upstream), str(fork)], check=True)
+    (upstream / "README.md").write_text("upstream moved on\n")
+    commit_all(upstream, "upstream after the fork", "2026-08-25")
+    subprocess.run(["git", "-C", str(fork), "checkout", "-q", "-b", "release-2.33"], check=True)
+    (fork / "torchtitan_neuron").mkdir()
+    (fork / "torchtitan_neuron" / "__init__.py").write_text("")
+    commit_all(fork, "the fork's own package", "2026-08-20")
+    return upstream, fork, base
+
+
+def installed_torchtitan_link(folder):
+    """This venv's torchtitan, as a link the repository commits: the API check finds every name in it."""
+    import torchtitan
+
+    (folder / "torchtitan").symlink_to(Path(torchtitan.__file__).parent)
+
+
+def test_a_fork_clone_is_checked_for_its_base_on_upstream_and_its_own_torchtitans_api(tmp_path, capsys):
+    from qwen3_pilot.tools.preflight import fork_check, print_summary
+
+    upstream, fork, base = rehearsal_fork(tmp_path, installed_torchtitan_link)
+    (tmp_path / "work").mkdir()
+    figures = fork_check(str(fork), "release-2.33", str(upstream), tmp_path / "work")
+    assert (figures["merge_base"], figures["merge_base_date"]) == (base, "2026-08-15")
+    assert (figures["fork_commits_since"], figures["upstream_commits_since"]) == (1, 1)
+    assert figures["api"] == {user: "every name present" for user in titan_api.missing_by_user("neuron")}
+    # The given clone is only read: nothing fetched into it.
+    refs = subprocess.run(["git", "-C", str(fork), "for-each-ref"], capture_output=True, text=True).stdout
+    assert "preflight" not in refs
+    print_summary({"status": "pass", "seconds": 1.0, "nothing_ran_on_trainium": "", "checks": {
+        "fork": {"status": "pass", "figures": figures}}})
+    assert (f"  fork: {fork} @ release-2.33 = {figures['commit'][:12]}; base {base[:12]} of 2026-08-15 on "
+            f"{upstream} (1 fork commits since, 1 upstream)") in capsys.readouterr().out
+    # Without upstream's history the base is unknown, said with why; the API check still decides.
+    unknown = fork_check(str(fork), "release-2.33", str(tmp_path / "no-such-upstream"), tmp_path / "work")
+    assert unknown["merge_base"] is None and unknown["why"].startswith(f"upstream {tmp_path / 'no-such-upstream'} "
+                                                                       "not fetched: git fetch")
+
+
+def test_a_fork_on_a_torchtitan_from_before_the_config_refactor_fails_the_check_naming_it(tmp_path):
+    from qwen3_pilot.tools.preflight import PreflightError, fork_check
+
+    upstream, fork, _ = rehearsal_fork(tmp_path, pre_refactor_torchtitan)
+    (tmp_path / "work").mkdir()
+    with pytest.raises(PreflightError, match=r"the fork at release-2.33 \([0-9a-f]{12}\): the installed torchtitan "
+                                             r"\(torchtitan from .*\) predates upstream's config refactor"):
+        fork_check(str(fork), "release-2.33", str(upstream), tmp_path / "work")

@@ -160,6 +160,9 @@ PREFLIGHT: dict[str, Callable[[Any], str]] = {
     "moe_reduced": lambda f: (f"{f['parameters']:,} parameters; " + ", ".join(
         f"{kernel} x {count}" for kernel, count in f["kernel_replacements"].items()) + " (1 per layer)"),
     "launches": lambda f: f"{len(f)} launches printed with their commands and environments",
+    "fork": lambda f: (f"{f['ref']} = {f['commit'][:12]}: every name present; "
+                       + (f"base {f['merge_base'][:12]} of {f['merge_base_date']} on upstream" if f["merge_base"]
+                          else f"base unknown ({f['why']})")),
     "fsdp_plan": lambda f: (f"{f['world_size']}-rank FSDP plan: {number(f['static_gib_per_rank'])} GiB per rank "
                             f"(parameters, gradients, AdamW state), budget {number(f['hbm_per_rank_gib'])} GiB"),
 }
