@@ -47,6 +47,19 @@ def pre_refactor_torchtitan(site: Path) -> Path:
     return site
 
 
+def fake_fork(monkeypatch, registry_source: str) -> None:
+    """A torchtitan_neuron package in this process with models.qwen3.config_registry holding `registry_source`."""
+    import types
+
+    for name in ("torchtitan_neuron", "torchtitan_neuron.models", "torchtitan_neuron.models.qwen3"):
+        module = types.ModuleType(name)
+        module.__path__ = []  # a package
+        monkeypatch.setitem(sys.modules, name, module)
+    registry = types.ModuleType("torchtitan_neuron.models.qwen3.config_registry")
+    exec(registry_source, registry.__dict__)
+    monkeypatch.setitem(sys.modules, registry.__name__, registry)
+
+
 def copy_workflow(source: Path, root: Path) -> None:
     """The workflow's files (WORKFLOW_FILES) of `source` copied into `root`."""
     root.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, pre_refactor_torchtitan
+from conftest import PROJECT, fake_fork, pre_refactor_torchtitan
 
 from qwen3_pilot.titan.titan_api import TORCHTITAN_API, ApiEntry, TorchtitanApiError, check_torchtitan_api, missing_api
 
@@ -211,17 +211,6 @@ def test_a_trainer_checks_the_recipe_it_was_started_with():
     assert config_function(["-m", "x", "--module", "m", "--config", "qwen3_hf", "--dump_folder", "d"]) == "qwen3_hf"
     assert config_function(["--config=qwen3_native"]) == "qwen3_native"
     assert config_function(["--module", "m"]) is None
-
-
-def fake_fork(monkeypatch, registry_source: str):
-    """A torchtitan_neuron package with models.qwen3.config_registry holding `registry_source`."""
-    for name in ("torchtitan_neuron", "torchtitan_neuron.models", "torchtitan_neuron.models.qwen3"):
-        module = types.ModuleType(name)
-        module.__path__ = []  # a package
-        monkeypatch.setitem(sys.modules, name, module)
-    registry = types.ModuleType("torchtitan_neuron.models.qwen3.config_registry")
-    exec(registry_source, registry.__dict__)
-    monkeypatch.setitem(sys.modules, registry.__name__, registry)
 
 
 def test_on_neuron_the_native_recipe_starts_from_the_forks_qwen3_recipe_where_it_has_one(monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PROJECT, pre_refactor_torchtitan
+from conftest import PROJECT, fake_fork, pre_refactor_torchtitan
 
 from qwen3_pilot.titan import titan_api
 from qwen3_pilot.tools.preflight import DEFAULT_MODEL_CONFIGS, preflight
@@ -47,6 +47,10 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert native["kernel_replacements"] == {"rope_hf": 36}
     # The base the recipe took: the fork's Qwen3 recipe on a trn2 where it has one; upstream's here (no fork).
     assert native["base"] == "torchtitan.models.qwen3.config_registry:qwen3_32b"
+    # The base recipe's model spec is kept around the checkpoint's model: its parallelize function (the fork's
+    # where its recipe is the base), and its SPMD backend; the MoE recipe's trainer takes the same base.
+    assert native["parallelize_fn"] == "torchtitan.models.qwen3.parallelize.parallelize_qwen3"
+    assert native["spmd_backend"] == report["checks"]["moe_reduced"]["figures"]["spmd_backend"] == "spmd_types"
     # The page opens with one row per check and its deciding figure.
     html = (tmp_path / "preflight" / "preflight.html").read_text()
     decision = html[html.index('<table class="decision">'):html.index("</table>", html.index('class="decision"'))]
@@ -279,3 +283,46 @@ def test_a_fork_on_a_torchtitan_from_before_the_config_refactor_fails_the_check_
     with pytest.raises(PreflightError, match=r"the fork at release-2.33 \([0-9a-f]{12}\): the installed torchtitan "
                                              r"\(torchtitan from .*\) predates upstream's config refactor"):
         fork_check(str(fork), "release-2.33", str(upstream), tmp_path / "work")
+
+
+# A fork whose Qwen3 recipe brings its own parallelize function and SPMD backend.
+FORK_RECIPE = """
+import dataclasses
+from torchtitan.models.qwen3.config_registry import qwen3_32b
+
+def fork_parallelize(model, **kwargs):
+    return model
+
+def qwen3_8b_tp4_fsdp16_sac():
+    config = qwen3_32b()
+    config.model_spec = dataclasses.replace(config.model_spec, parallelize_fn=fork_parallelize)
+    config.parallelism.spmd_backend = "partial_dtensor"
+    return config
+"""
+
+
+def test_on_neuron_the_recipes_keep_the_forks_parallelize_function_and_spmd_backend(tmp_path, monkeypatch):
+    from qwen3_pilot.backends import make_backend
+    from qwen3_pilot.tools.preflight import (
+        MOE_MODEL,
+        checkpoint_stand_in,
+        load_config,
+        moe_check,
+        native_check,
+        published_config,
+        stage_recipes,
+    )
+
+    fake_fork(monkeypatch, FORK_RECIPE)
+    config = load_config([TRN2])
+    dense = published_config(DEFAULT_MODEL_CONFIGS, config["weights"]["repo_id"].split("/")[-1])
+    recipes = stage_recipes(config, make_backend(config, str(tmp_path / "cache")), checkpoint_stand_in(tmp_path, dense),
+                            tmp_path)
+    native = native_check(recipes["train_native"], 2, config["training"]["accepted_differences"]["train_native"])
+    assert native["base"] == "torchtitan_neuron.models.qwen3.config_registry:qwen3_8b_tp4_fsdp16_sac"
+    assert native["parallelize_fn"] == "torchtitan_neuron.models.qwen3.config_registry.fork_parallelize"
+    assert native["spmd_backend"] == "partial_dtensor" and native["parameters"] == 4_022_468_096
+    # The reduced MoE's trainer takes the same base (its SPMD backend); its model spec stays the MoE one.
+    moe = moe_check(recipes["moe_reduced"], config, published_config(DEFAULT_MODEL_CONFIGS, MOE_MODEL))
+    assert moe["spmd_backend"] == "partial_dtensor"
+    assert moe["parallelize_fn"] == "torchtitan.models.qwen3.parallelize.parallelize_qwen3"

@@ -185,7 +185,16 @@ def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[s
         "mixed_precision_param": trainer.training.mixed_precision_param,
         # torchtitan's collective timeouts as the trainer gets them: to the end of step 1, and after (the export).
         "comm_timeouts_s": {"init": trainer.comm.init_timeout_seconds, "train": trainer.comm.train_timeout_seconds},
+        **taken_from_base(trainer),
     }
+
+
+def taken_from_base(trainer) -> dict[str, str]:
+    """What a recipe's trainer takes from its base recipe (the fork's on neuron where it has one): the
+    parallelize function and the SPMD backend."""
+    parallelize = trainer.model_spec.parallelize_fn
+    return {"parallelize_fn": f"{parallelize.__module__}.{parallelize.__qualname__}",
+            "spmd_backend": getattr(trainer.parallelism, "spmd_backend", "(none in this torchtitan)")}
 
 
 def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
@@ -246,6 +255,7 @@ def moe_check(recipe_path: Path, config: dict[str, Any], moe_config_json: Path) 
         "widths_against_published": rows,
         "kernel_replacements": replaced,
         "compile": trainer.compile.enable,
+        **taken_from_base(trainer),
     }
 
 
@@ -596,7 +606,8 @@ def print_summary(report: dict[str, Any]) -> None:
               f"rope_hf replaces {native['rope_hf_on_every_layer']} of {native['layers']} layers' RoPE; "
               + (f"{configured} rope_hf replacements in its planned launch (kernels.train_native), its plain "
                  "twin without them" if configured else "not in its planned launch (kernels.train_native is empty)"))
-        print(f"  train_native starts from {native['base']}")
+        print(f"  train_native starts from {native['base']} (parallelize_fn {native['parallelize_fn']}, "
+              f"spmd_backend {native['spmd_backend']})")
         for row in native["parity"]:
             print(f"    {row['field']:24} built {row['built']!s:>12}  "
                   f"config.json {row['checkpoint']!s:>12}  {row['verdict']}")

@@ -63,9 +63,10 @@ def use_sdpa_in_hf_backend() -> None:
     hf_backend.HFTransformerModel.get_attention_masks = lambda self, positions: None
 
 
-def native_model_spec(recipe: TrainerRun):
-    """torchtitan's Qwen3 ModelSpec (parallelize fn, HF state-dict adapter) around the checkpoint's model,
-    or around a registered flavor when the config names one; checked field by field against config.json."""
+def native_model_spec(recipe: TrainerRun, base_spec):
+    """The base recipe's ModelSpec (`base_spec`: its parallelize fn, post-optimizer hook and HF state-dict
+    adapter, the fork's own on neuron where its recipe is the base) around the checkpoint's model, or
+    torchtitan's registered flavor when the config names one; checked field by field against config.json."""
     from torchtitan.models.qwen3 import model_registry
 
     from ..replacement import apply_converters
@@ -77,7 +78,7 @@ def native_model_spec(recipe: TrainerRun):
         base = model_registry(flavor, converters=converters)
         model = base.model
     else:
-        base = model_registry("32B")
+        base = base_spec
         model = apply_converters(native_model_from_checkpoint(hf), converters)
     set_attention(model, recipe.attention)
     check_parity("train_native", native_model_values(model), hf, dict.fromkeys(recipe.accepted_differences),
@@ -195,13 +196,23 @@ def qwen3_native():
 
     recipe = load_recipe()
     base, base_name = native_base(recipe.backend)
-    logging.getLogger(__name__).warning("native recipe base: %s", base_name)
     config = base()
-    config.model_spec = native_model_spec(recipe)
+    config.model_spec = native_model_spec(recipe, config.model_spec)
+    log_base("native", base_name, config)
     config.loss = ChunkedLossWrapper.Config(
         loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))
     )
     return _shared(config, recipe)
+
+
+def log_base(recipe: str, base_name: str, config) -> None:
+    """What the recipe took from its base, in the rank-0 log: the config function, the parallelize function
+    and the SPMD backend (on neuron the fork's where its recipe is the base)."""
+    parallelize = config.model_spec.parallelize_fn
+    logging.getLogger(__name__).warning(
+        "%s recipe base: %s; parallelize_fn %s.%s; spmd_backend %s", recipe, base_name,
+        getattr(parallelize, "__module__", "?"), getattr(parallelize, "__qualname__", parallelize),
+        getattr(config.parallelism, "spmd_backend", "(none in this torchtitan)"))
 
 
 def qwen3_hf():
@@ -232,16 +243,19 @@ def qwen3_moe_reduced():
     from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
     from torchtitan.models.common.config_utils import decoder_vocab_size
     from torchtitan.models.qwen3 import model_registry
-    from torchtitan.models.qwen3.config_registry import qwen3_32b
 
     from ..replacement import apply_converters
+    from ..titan_api import native_base
     from .titan_metrics import recording_router_load
 
     recipe = load_recipe()
     base = model_registry("30B-A3B")
     model = apply_converters(reduced_moe_model(recipe.moe), recipe_converters(recipe))
     set_attention(model, recipe.attention)
-    config = qwen3_32b()
+    # The trainer's settings from the native recipe's base (on neuron the fork's Qwen3 recipe where it has one,
+    # with its SPMD backend); the model spec is upstream's 30B-A3B one, whose parallelize fn shards experts.
+    base_function, base_name = native_base(recipe.backend)
+    config = base_function()
     config.model_spec = dataclasses.replace(
         base, flavor="30B-A3B-reduced", model=model,
         post_optimizer_build_fn=recording_router_load(base.post_optimizer_build_fn, recipe.router_load_path),
@@ -249,6 +263,7 @@ def qwen3_moe_reduced():
     config.loss = ChunkedLossWrapper.Config(
         loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))
     )
+    log_base("moe_reduced", base_name, config)
     if recipe.use_checkpoint:
         raise ValueError(f"{RECIPE_ENV}: the reduced MoE trains from random init; use_checkpoint must be false")
     config.compile.enable = False  # eager, as the pilot specifies, unless the run asks for torch.compile
