@@ -21,6 +21,7 @@ rule verify_ranks:
     params:
         backend=get_backend_config(),
         plan=config["plan"],
+        collectives=config["verify_ranks"]["collectives"],
     message:
         get_launch_message("verify_ranks", "qwen3_pilot.titan.in_ranks.rank_worker")
     script:

@@ -10,6 +10,8 @@ import pytest
 
 from qwen3_pilot.plots import (
     DRAWN_IN_FULL,
+    bandwidth_figure,
+    bandwidth_png,
     benchmark_figure,
     benchmark_png,
     loss_curves_figure,
@@ -123,6 +125,28 @@ def test_numerics_draws_the_largest_difference_over_the_shapes_and_the_tolerance
         "float32: largest |diff|": [[3e-6, 1], [2e-7, 3]],
         "float32: tolerance": [[1e-5, 1], [1e-6, 3]],
     }
+
+
+def test_a_tolerance_in_ulps_is_not_drawn_on_the_absolute_axis():
+    held = [{**row, "held_to": "max_ulp_diff", "tolerance": 2} if row["dtype"] == "float32" and row["section"] == "rope"
+            else row for row in NUMERICS["figures"]["numerics"]]
+    axes = numerics_figure([{**NUMERICS, "figures": {"numerics": held}}]).axes[0]
+    markers = {points.get_label(): points.get_offsets().tolist() for points in axes.collections}
+    assert markers["float32: tolerance"] == [[1e-5, 1]]  # moe's absolute one only; rope's 2 ulps is no point here
+
+
+# Bus bandwidth distinct per collective and size: a line drawn from the wrong rows has other values.
+RANKS = {"stage": "verify_ranks", "status": "pass", "figures": {"live": {"ranks_seen": 2, "dist_backend": "gloo",
+         "bandwidth": [{"collective": name, "size_mib": size, "busbw_gbps": base * size}
+                       for size in (1.0, 2.0, 4.0) for name, base in (("all_reduce", 1.0), ("all_gather", 3.0))]}}}
+
+
+def test_the_bandwidth_plot_draws_each_collectives_bus_bandwidth_against_size():
+    axes = bandwidth_figure([RANKS]).axes[0]
+    assert {line.get_label(): drawn(line) for line in axes.lines} == {
+        "all_reduce": ([1.0, 2.0, 4.0], [1.0, 2.0, 4.0]), "all_gather": ([1.0, 2.0, 4.0], [3.0, 6.0, 12.0])}
+    assert is_png(bandwidth_png([RANKS])) and set(report_plots([RANKS])) == {"verify_ranks"}
+    assert bandwidth_png([{**RANKS, "status": "fail"}]) is None
 
 
 def test_router_load_and_numerics_are_drawn_from_their_own_stages_only():

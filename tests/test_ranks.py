@@ -6,7 +6,7 @@ import pytest
 from conftest import backend_config
 
 from qwen3_pilot.backends import make_backend
-from qwen3_pilot.ranks import RankCheckError, check_rank_records, verify_ranks
+from qwen3_pilot.ranks import MIB, RankCheckError, bandwidth_rows, check_rank_records, verify_ranks
 
 
 def record(rank, world=2, **overrides):
@@ -39,6 +39,28 @@ def test_ranks_of_a_multi_node_launch_must_span_as_many_hosts_as_nodes():
     ]
 
 
+def timing(collective, size_mib, seconds, correct=True):
+    return {"collective": collective, "size_bytes": int(size_mib * MIB), "seconds": seconds, "correct": correct}
+
+
+def test_bus_bandwidth_is_algorithm_bandwidth_times_nccl_tests_factor_from_the_slowest_rank():
+    # 4 ranks; 1 MiB all-reduce and all-gather; the slowest rank took 2 ms (all-reduce) and 4 ms (all-gather).
+    fast = record(0, world=4, bandwidth=[timing("all_reduce", 1, 0.001), timing("all_gather", 1, 0.001)])
+    slow = record(1, world=4, bandwidth=[timing("all_reduce", 1, 0.002), timing("all_gather", 1, 0.004)])
+    reduce_row, gather_row = bandwidth_rows([fast, slow], world=4)
+    assert reduce_row["time_us"] == pytest.approx(2000.0) and reduce_row["size_mib"] == 1.0
+    assert reduce_row["algbw_gbps"] == pytest.approx(MIB / 0.002 / 1e9)
+    assert reduce_row["busbw_gbps"] == pytest.approx(MIB / 0.002 / 1e9 * 2 * 3 / 4)  # 2(n-1)/n
+    assert gather_row["busbw_gbps"] == pytest.approx(MIB / 0.004 / 1e9 * 3 / 4)  # (n-1)/n
+    assert reduce_row["correct"] and gather_row["correct"]
+
+
+def test_a_collective_that_returned_a_wrong_result_is_named_with_its_rank_and_size():
+    wrong = record(1, bandwidth=[timing("reduce_scatter", 4, 0.01, correct=False)])
+    assert check_rank_records([record(0), wrong], 2, "cpu") == [
+        "rank 1: reduce_scatter of 4 MiB returned a wrong result"]
+
+
 @pytest.fixture
 def cpu_backend(tmp_path):
     return make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
@@ -46,9 +68,15 @@ def cpu_backend(tmp_path):
 
 @pytest.mark.torchrun
 def test_two_gloo_ranks_run_the_collectives(tmp_path, cpu_backend):
-    figures = verify_ranks(cpu_backend, tmp_path / "results", tmp_path / "log.txt")
+    collectives = {"sizes_mib": [1, 2], "warmup": 0, "iterations": 1}
+    figures = verify_ranks(cpu_backend, tmp_path / "results", tmp_path / "log.txt", collectives=collectives)
     assert figures["ranks_seen"] == 2 and figures["all_reduce_sum"] == 3.0
     assert figures["dist_backend"] == "gloo"
+    # Every collective at every size returned the known result on both ranks, and was timed.
+    rows = figures["bandwidth"]
+    assert [(row["collective"], row["size_mib"]) for row in rows] == [
+        (name, size) for size in (1.0, 2.0) for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")]
+    assert all(row["correct"] and row["busbw_gbps"] > 0 for row in rows)
     assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["rank-0.json", "rank-1.json"]
 
 

@@ -7,6 +7,7 @@ with StageRun.of_job(snakemake) as stage_run:
     run(
         backend_config=snakemake.params.backend,
         plan=snakemake.params.plan,
+        collectives=snakemake.params.collectives,
         cache_root=stage_run.cache_root,
         ranks_dir=Path(snakemake.output.ranks),
         plan_path=Path(snakemake.output.plan),

@@ -24,7 +24,7 @@ from .stages import stage_of_job
 TIMING, STABLE = "timing", "stable"
 
 # A stage without a table below: a figure whose name carries a unit of time or speed is timing.
-TIMING_BY_NAME = re.compile(r"(_s|seconds|mfu_pct|tflops|flops_per_rank)(_|$)")
+TIMING_BY_NAME = re.compile(r"(_s|_us|seconds|mfu_pct|tflops|flops_per_rank|gbps)(_|$)")
 
 # A stage whose figures' names do not all say what they measure (a spread `cv`, a `noisy` flag, a cost
 # `warmup`) names each figure's kind, by its name without record labels (figure_name: the path
@@ -70,7 +70,7 @@ NOT_COMPARED: dict[str, tuple[str, ...]] = {"benchmark": ("step_times",)}
 # `steps[3].loss` reads `steps[step=4].loss`, which stays the same when a list gains or loses rows.
 RECORD_KEYS = (
     "recipe", "run", "step", "layer", "package", "field", "section", "op", "dtype", "shape", "kernel", "module",
-    "scaling_efficiency",
+    "scaling_efficiency", "collective", "size_mib",
 )
 
 

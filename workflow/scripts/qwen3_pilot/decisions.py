@@ -41,9 +41,15 @@ def _fetch_weights(f):
 
 def _verify_ranks(f):
     live, plan = f["live"], f["plan"]
-    return (f"{live['ranks_seen']} of {live['expected_ranks']} ranks answered the collectives; the "
+    line = (f"{live['ranks_seen']} of {live['expected_ranks']} ranks answered the collectives; the "
             f"{plan['world_size']}-rank FSDP plan of Qwen3-{plan['flavor']}: {number(plan['static_gib_per_rank'])} GiB "
             f"per rank, budget {number(plan['hbm_per_rank_gib'])} GiB")
+    rows = live.get("bandwidth")
+    if not rows:
+        return line
+    largest = max(row["size_mib"] for row in rows)
+    return (f"{line}; bus bandwidth at {number(largest)} MiB: " + ", ".join(
+        f"{row['collective']} {number(row['busbw_gbps'])} GB/s" for row in rows if row["size_mib"] == largest))
 
 
 def _train(f):

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Words of a key that are its unit, shown in brackets after the label.
-UNIT_WORDS = {"s": "s", "gib": "GiB", "pct": "%", "bytes": "bytes", "nats": "nats"}
+UNIT_WORDS = {"s": "s", "gib": "GiB", "pct": "%", "bytes": "bytes", "nats": "nats", "us": "µs", "gbps": "GB/s",
+              "mib": "MiB"}
 # Words shown otherwise than written.
 WORDS = {"mfu": "MFU", "hf": "HF", "cv": "CV", "fsdp": "FSDP", "hbm": "HBM", "tflops": "TFLOP/s", "lnc": "LNC",
          "gpu": "GPU", "ln": "ln", "argmax": "argmax", "moe": "MoE", "p10": "p10", "p90": "p90"}
@@ -46,7 +47,7 @@ EXACT_KEYS = {"built", "checkpoint", "min_gap", "rope_theta", "rms_norm_eps", "l
 LIST_SHOWN = 8
 # Columns that name a record, shown first (summaries are written with their keys sorted).
 NAMING = ("", "recipe", "run", "phase", "step", "layer", "section", "op", "dtype", "field", "kernel",
-          "package")
+          "package", "collective", "size_mib")
 # A list of records with more columns than this (and fewer rows than columns) is shown turned on its side.
 WIDE = 7
 

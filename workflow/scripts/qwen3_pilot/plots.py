@@ -137,7 +137,8 @@ def numerics_figure(stages: list[dict[str, Any]]):
     for row in numerics["figures"]["numerics"]:
         op = f"{row['section']}: {row['op']}"
         largest.setdefault(op, {})[row["dtype"]] = max(largest.get(op, {}).get(row["dtype"], 0.0), row["max_abs_diff"])
-        tolerance.setdefault(op, {})[row["dtype"]] = row["tolerance"]
+        if row.get("held_to", "max_abs_diff") == "max_abs_diff":  # a bound in ulps is no point on this axis
+            tolerance.setdefault(op, {})[row["dtype"]] = row["tolerance"]
     ops = sorted(largest)
     dtypes = sorted({dtype for by_dtype in largest.values() for dtype in by_dtype})
     plt = _pyplot()
@@ -147,7 +148,10 @@ def numerics_figure(stages: list[dict[str, Any]]):
         present = [op for op in ops if dtype in largest[op]]
         axes.scatter([largest[op][dtype] for op in present], rows, marker="o", label=f"{dtype}: largest |diff|",
                      zorder=3)
-        axes.scatter([tolerance[op][dtype] for op in present], rows, marker="|", s=200, label=f"{dtype}: tolerance")
+        bounded = [(tolerance[op][dtype], row) for op, row in zip(present, rows, strict=True)
+                   if dtype in tolerance.get(op, {})]
+        if bounded:
+            axes.scatter(*zip(*bounded, strict=True), marker="|", s=200, label=f"{dtype}: tolerance")
     axes.set_yticks([i * len(dtypes) + j for i in range(len(ops)) for j in range(len(dtypes))],
                     [f"{op} ({dtype})" for op in ops for dtype in dtypes], fontsize=7)
     axes.set_xscale("symlog", linthresh=1e-9)
@@ -191,6 +195,34 @@ def benchmark_figure(stages: list[dict[str, Any]]):
     return figure
 
 
+def bandwidth_png(stages: list[dict[str, Any]]) -> str | None:
+    return _encoded(bandwidth_figure(stages))
+
+
+def bandwidth_figure(stages: list[dict[str, Any]]):
+    """Bus bandwidth of each collective against its size, as verify_ranks timed them (log-log)."""
+    ranks = next((s for s in stages if s["stage"] == "verify_ranks" and s["status"] == "pass"), None)
+    rows = (ranks or {}).get("figures", {}).get("live", {}).get("bandwidth")
+    if not rows:
+        return None
+    collectives: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        collectives.setdefault(row["collective"], []).append(row)
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 3.6), dpi=100)
+    for (name, points), marker in zip(collectives.items(), "os^v", strict=False):
+        axes.plot([p["size_mib"] for p in points], [p["busbw_gbps"] for p in points], marker=marker, label=name)
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xlabel("size (MiB, log)")
+    axes.set_ylabel("bus bandwidth (GB/s, log)")
+    live = ranks["figures"]["live"]
+    axes.set_title(f"Collectives over {live['ranks_seen']} {live['dist_backend']} ranks: bus bandwidth per size")
+    axes.legend(fontsize=7)
+    axes.grid(alpha=0.3)
+    return figure
+
+
 # Figures a plot draws in full, by the stage (and the plot's place in the report): the page shows the plot
 # instead of tabling them; report.json keeps them.
 DRAWN_IN_FULL: dict[str, tuple[str, ...]] = {"benchmark": ("step_times",)}
@@ -204,5 +236,6 @@ def report_plots(stages: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
         "moe_reduced": ("router load per expert per layer", router_load_png(stages)),
         "kernel_numerics": ("kernel numerics per op and dtype", numerics_png(stages)),
         "benchmark": ("step time per step of each benchmarked recipe and run", benchmark_png(stages)),
+        "verify_ranks": ("bus bandwidth of each collective against its size", bandwidth_png(stages)),
     }
     return {where: {"alt": alt, "png": png} for where, (alt, png) in drawn.items() if png}

@@ -23,7 +23,7 @@ def hbm_budget(configured_gib: float, topology: dict[str, Any] | None) -> tuple[
 
 
 def run(
-    *, backend_config: dict[str, Any], plan: dict[str, Any], cache_root: str,
+    *, backend_config: dict[str, Any], plan: dict[str, Any], collectives: dict[str, Any], cache_root: str,
     ranks_dir: Path, plan_path: Path, summary_path: Path, log_path: Path,
 ) -> dict[str, Any]:
     from ..backends import make_backend
@@ -31,7 +31,7 @@ def run(
     from ..summary import StageSummary
 
     backend = make_backend(backend_config, str(Path(cache_root).resolve()))
-    live = verify_ranks(backend, ranks_dir, log_path)
+    live = verify_ranks(backend, ranks_dir, log_path, collectives=collectives)
     budget, budget_source = hbm_budget(plan["hbm_per_rank_gib"], live.get("topology"))
     fsdp_plan = run_plan_subprocess(
         flavor=plan["flavor"], world_size=plan["world_size"], hbm_per_rank_gib=budget, out_path=plan_path,
@@ -46,14 +46,20 @@ def run(
             f"{live['ranks_seen']} ranks on {len(live['hosts'])} host(s) ({', '.join(live['hosts'])}) joined one "
             f"{live['dist_backend']} process group with the expected rank numbers and world size, and an all-reduce "
             "and an all-gather returned the known results on "
-            f"every rank. The {plan['world_size']}-way FSDP plan of the real Qwen3-{plan['flavor']} architecture "
-            "(torchtitan fake process group) fits the per-rank HBM budget for parameters, gradients and AdamW state."
+            f"every rank; all-reduce, all-gather, reduce-scatter and all-to-all returned the known result on every "
+            f"rank at {', '.join(f'{size:g}' for size in collectives['sizes_mib'])} MiB, each timed over "
+            f"{collectives['iterations']} calls (the slowest rank's mean) with algorithm and bus bandwidth as "
+            f"nccl-tests defines them. The {plan['world_size']}-way FSDP plan of the real Qwen3-{plan['flavor']} "
+            "architecture (torchtitan fake process group) fits the per-rank HBM budget for parameters, gradients "
+            "and AdamW state."
         ),
         does_not_prove=(
             (f"These were gloo ranks on {'one CPU machine' if live['nodes'] == 1 else 'CPU hosts'}, not the "
              "NeuronCores of a trn2. " if backend.name == "cpu" else "")
             + "The plan counts static memory only: activations, compiler workspace and communication buffers "
-            "are not in it, and the fake process group moves no data."
+            "are not in it, and the fake process group moves no data. The bandwidths are this launch's, through "
+            f"torch.distributed's {live['dist_backend']} process group, held to no floor yet; one launch is one "
+            "sample."
         ),
     )
     summary.add_artifacts(sorted(ranks_dir.glob("rank-*.json")) + [plan_path])

@@ -292,7 +292,8 @@ def launch_plan(config: dict[str, Any], backend, project: Path, configfiles: lis
     launches = [{
         "stage": "verify_ranks", "launch": "ranks",
         "command": rank_worker_command(backend, backend.ranks_per_node, results / "verify_ranks" / "ranks", python,
-                                       backend.rank_log_dir(logs / "verify_ranks" / "verify_ranks.log", "ranks")),
+                                       backend.rank_log_dir(logs / "verify_ranks" / "verify_ranks.log", "ranks"),
+                                       config["verify_ranks"]["collectives"]),
         "env": backend.launcher_env,
     }, {
         # Snakemake runs the stage's script in one process on one node, which sets this environment itself
