@@ -583,6 +583,22 @@ def metric_lines(run_dir: Path) -> int:
     return len(metrics.read_text().splitlines()) if metrics.exists() else 0
 
 
+def wait_for_ends(pids: list[int]) -> None:
+    """Until each of `pids` has ended, as the kernel reports it (a pidfd turns readable at the process's exit),
+    however long a loaded machine takes: a test asserts what the ends left behind, not how soon they came."""
+    import select
+
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # already gone
+            continue
+        try:
+            select.select([fd], [], [])
+        finally:
+            os.close(fd)
+
+
 def trainer_processes(ws) -> list[int]:
     """This workspace's torchrun ranks and launchers still running (the workflow's processes, by working folder
     and command line, that are a trainer's)."""
