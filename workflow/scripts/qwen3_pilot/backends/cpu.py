@@ -18,6 +18,7 @@ from . import Backend, cache_env, multi_node_launch, thread_caps
 log = logging.getLogger(__name__)
 
 SKIP_ENV = "QWEN3_PILOT_SKIP_CPU_WORKAROUNDS"
+WORKAROUNDS = ("device", "memory", "barrier", "fsdp_sum")
 
 # The report's title on this backend: a CPU run is a rehearsal, and its page says so before anything else.
 REPORT_TITLE = "Qwen3 pilot, CPU rehearsal: audit trail (tiny stand-in models, no Trainium figure)"
@@ -35,7 +36,6 @@ def report_caveat(figures: dict[str, dict[str, Any]]) -> str:
             f"{size('fetch_weights', 'parameters_stored')}; reduced MoE {size('moe_reduced', 'parameters')}) on "
             "gloo ranks. It proves that the workflow, the recipes and every check run end to end; no figure on this "
             "page is a Trainium figure, and none says how Qwen3-4B trains on a trn2.")
-WORKAROUNDS = ("device", "memory", "barrier", "fsdp_sum")
 
 
 def make_backend(config: dict[str, Any], cache_root: str) -> Backend:

@@ -153,6 +153,7 @@ def build_recipe(recipe_path: Path, config_function: str):
 def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[str, Any]:
     """The native recipe's config as its trainer builds it: parity against config.json (each accepted difference
     with its `reasons` entry), its kernel replacements and parameter count."""
+    from ..titan.in_ranks.recipes import taken_from_base
     from ..titan.models import count_parameters
     from ..titan.parity import with_reasons
     from ..titan.replacement import apply_converters, kernel_converters, replaced_paths
@@ -189,14 +190,6 @@ def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[s
     }
 
 
-def taken_from_base(trainer) -> dict[str, str]:
-    """What a recipe's trainer takes from its base recipe (the fork's on neuron where it has one): the
-    parallelize function and the SPMD backend."""
-    parallelize = trainer.model_spec.parallelize_fn
-    return {"parallelize_fn": f"{parallelize.__module__}.{parallelize.__qualname__}",
-            "spmd_backend": getattr(trainer.parallelism, "spmd_backend", "(none in this torchtitan)")}
-
-
 def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
     """The transformers-backend recipe: its config, and parity of the transformers config it builds the
     model from (torchtitan's own update_from_config, as the trainer calls it) against config.json, each accepted
@@ -218,6 +211,7 @@ def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
 
 
 def moe_check(recipe_path: Path, config: dict[str, Any], moe_config_json: Path) -> dict[str, Any]:
+    from ..titan.in_ranks.recipes import taken_from_base
     from ..titan.models import count_parameters
     from ..titan.parity import _same
     from ..titan.replacement import replaced_paths
@@ -510,15 +504,13 @@ print(json.dumps({"torchtitan": installed_torchtitan(), "refused": refused,
 def fork_check(fork: str, ref: str, upstream: str, work: Path) -> dict[str, Any]:
     """The fork at `ref`, cloned into `work` (a path or URL; the given clone is never changed): its commit, its
     base on upstream and the API every recipe needs, checked against the fork's own torchtitan."""
+    import shutil
     import subprocess
 
     from ..paths import SCRIPTS
 
     clone = work / "fork"
-    if clone.exists():
-        import shutil
-
-        shutil.rmtree(clone)
+    shutil.rmtree(clone, ignore_errors=True)  # an earlier preflight's clone
     git("clone", "--quiet", "--no-checkout", fork, str(clone))
     # A branch of the fork is the clone's origin/<ref>; a tag or a commit is itself.
     branch = git("branch", "--list", "--remotes", f"origin/{ref}", cwd=clone)

@@ -34,10 +34,10 @@ def comparison_row(op: str, dtype: str, shape, actual, expected, **extra) -> dic
             "max_ulp_diff": max_ulp_diff(actual, expected, dtype), **extra}
 
 
-def largest_per_dtype(rows: list[dict[str, Any]]) -> dict[str, float]:
+def largest_per_dtype(rows: list[dict[str, Any]], figure: str = "max_abs_diff") -> dict[str, float]:
     largest: dict[str, float] = {}
     for row in rows:
-        largest[row["dtype"]] = max(largest.get(row["dtype"], 0.0), row["max_abs_diff"])
+        largest[row["dtype"]] = max(largest.get(row["dtype"], 0.0), row[figure])
     return largest
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .comparison import largest_per_dtype
 from .rope_checks import bf16_stepwise_rope_bound
 
 
@@ -104,7 +105,7 @@ def judge_kernel_numerics(stage: str, figures: dict[str, Any], judging: dict[str
     if problems:
         raise NumericsError("kernel_numerics failed:\n  - " + "\n  - ".join(problems))
     installed, lnc = figures["implementations"], figures["seq_len_rule"]["lnc"]
-    float32_ulps = max((row["max_ulp_diff"] for row in figures["numerics"] if row["dtype"] == "float32"), default=None)
+    float32_ulps = largest_per_dtype(figures["numerics"], "max_ulp_diff").get("float32")
     compile_backends = ", ".join(sorted({model["backend"] for model in figures["compile"]["models"].values()}))
     return {
         "proves": (

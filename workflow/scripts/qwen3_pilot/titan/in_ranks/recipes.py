@@ -205,14 +205,21 @@ def qwen3_native():
     return _shared(config, recipe)
 
 
-def log_base(recipe: str, base_name: str, config) -> None:
-    """What the recipe took from its base, in the rank-0 log: the config function, the parallelize function
-    and the SPMD backend (on neuron the fork's where its recipe is the base)."""
+def taken_from_base(config) -> dict[str, str]:
+    """What a recipe's trainer config takes from its base recipe (on neuron the fork's where its recipe is the
+    base): the parallelize function and the SPMD backend. The rank-0 log and the preflight show these."""
     parallelize = config.model_spec.parallelize_fn
-    logging.getLogger(__name__).warning(
-        "%s recipe base: %s; parallelize_fn %s.%s; spmd_backend %s", recipe, base_name,
-        getattr(parallelize, "__module__", "?"), getattr(parallelize, "__qualname__", parallelize),
-        getattr(config.parallelism, "spmd_backend", "(none in this torchtitan)"))
+    # A fork may hand over a callable without a qualified name (a functools.partial): named by its repr then.
+    name = getattr(parallelize, "__qualname__", None)
+    return {"parallelize_fn": f"{parallelize.__module__}.{name}" if name else repr(parallelize),
+            "spmd_backend": getattr(config.parallelism, "spmd_backend", "(none in this torchtitan)")}
+
+
+def log_base(recipe: str, base_name: str, config) -> None:
+    """What the recipe took from its base, in the rank-0 log, with the config function it started from."""
+    taken = taken_from_base(config)
+    logging.getLogger(__name__).warning("%s recipe base: %s; parallelize_fn %s; spmd_backend %s", recipe, base_name,
+                                        taken["parallelize_fn"], taken["spmd_backend"])
 
 
 def qwen3_hf():
