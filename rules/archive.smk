@@ -19,6 +19,7 @@ rule archive_copy:
     resources:
         **get_small_resources(),
     params:
+        code=get_code("archive_copy.py"),
         settings=config["archive"],
     script:
         "../workflow/scripts/archive_copy.py"
@@ -38,5 +39,7 @@ rule archive:
         SOFTWARE_ENV
     resources:
         **get_small_resources(),
+    params:
+        code=get_code("archive.py"),
     script:
         "../workflow/scripts/archive.py"

@@ -19,6 +19,7 @@ rule benchmark:
     resources:
         **get_instance_resources(),
     params:
+        code=get_code("benchmark.py"),
         backend=get_backend_config(),
         training=get_benchmark_training(),
         moe=config["moe"],

@@ -26,6 +26,7 @@ from qwen3_pilot.neuron_stack import (
     release_pins,
     StackError,
 )
+from qwen3_pilot.parse_time.code import CodeCache, stage_code
 from qwen3_pilot.paths import HERE
 from qwen3_pilot.pins import installed_version, read_pins
 from qwen3_pilot.stages import STAGES, UPSTREAM, skipped_stages
@@ -303,16 +304,32 @@ def get_stage_summaries():
     }
 
 
-def get_report_page_code():
-    """What lays out the report page (its templates, the formatting layer, the deciding figures, the plots): an
-    edit to any of them rebuilds the report from the same summaries, and nothing else. Relative to the workflow
-    folder, like every other input, so that a copy of the folder keeps its report."""
-    package = Path("workflow") / "scripts" / "qwen3_pilot"
-    modules = ["pilot_report.py", "figure_view.py", "decisions.py", "plots.py"]
-    templates = (Path(workflow.basedir) / package / "templates").glob("*.j2")
-    return sorted(str(package / "templates" / t.name) for t in templates) + [
-        str(package / module) for module in modules
-    ]
+# Each package file's code digest by its bytes' sha256, kept in the workflow folder: a parse reads what an earlier
+# one parsed (parse_time/code.py).
+CODE_CACHE = CodeCache(HERE.cache / "code_digests.json")
+
+
+def get_code(script):
+    """The digest of the code a rule's thin script runs (its script, the package modules it imports or starts
+    by name, the configured backend's module), as the rule's `code` param: Snakemake's params trigger reruns
+    exactly the jobs whose code changed in what runs (a comment or docstring edit changes no digest).
+    Snakemake's own code trigger stays on: it sees the thin script's date only, which a failed run's report
+    relies on (pilot_report.build_failed_report dates that report 1970 so that the next run rebuilds it).
+    """
+    return stage_code(
+        Path(workflow.basedir) / "workflow" / "scripts" / script, BACKEND, CODE_CACHE
+    ).digest
+
+
+def get_report_page_templates():
+    """The report page's templates (its Python is in the report rule's `code`): an edit to one rebuilds the
+    report from the same summaries, and nothing else. Relative to the workflow folder, like every other input,
+    so that a copy of the folder keeps its report."""
+    templates = Path("workflow") / "scripts" / "qwen3_pilot" / "templates"
+    return sorted(
+        str(templates / t.name)
+        for t in (Path(workflow.basedir) / templates).glob("*.j2")
+    )
 
 
 def write_failed_report():

@@ -21,6 +21,7 @@ rule fetch_corpus:
     conda:
         SOFTWARE_ENV
     params:
+        code=get_code("fetch_corpus.py"),
         data=config["data"],
         backend=BACKEND,
     script:
@@ -46,6 +47,7 @@ rule fixture_checkpoint:
     resources:
         **get_small_resources(),
     params:
+        code=get_code("fixture_checkpoint.py"),
         fixture=config["fixture"],
         repo_id=config["weights"]["repo_id"],
         revision=config["weights"]["revision"],
@@ -72,6 +74,7 @@ rule fetch_weights:
     resources:
         **get_small_resources(),
     params:
+        code=get_code("fetch_weights.py"),
         weights=config["weights"],
         cache_dir=get_weights_cache(),
         offline=USES_FIXTURE,

@@ -20,6 +20,7 @@ rule pin_package:
     conda:
         SOFTWARE_ENV
     params:
+        code=get_code("pin_package.py"),
         pinned=get_pin,
         installed=get_installed,
         source=get_source,
@@ -43,6 +44,7 @@ rule pin_os_package:
     resources:
         **get_instance_resources(nodes=1),
     params:
+        code=get_code("pin_os_package.py"),
         pinned=get_os_pin,
         installed=get_os_installed,
     script:
@@ -67,6 +69,7 @@ rule pin_env:
     resources:
         **get_instance_resources(nodes=1),
     params:
+        code=get_code("pin_env.py"),
         backend=get_backend_config(),
         pins_file=PINS_FILE,
         sdk_release=get_sdk_release(),

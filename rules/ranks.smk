@@ -19,6 +19,7 @@ rule verify_ranks:
     resources:
         **get_instance_resources(),
     params:
+        code=get_code("verify_ranks.py"),
         backend=get_backend_config(),
         plan=config["plan"],
         collectives=config["verify_ranks"]["collectives"],

@@ -7,7 +7,7 @@ localrules:
 rule report:
     input:
         **get_stage_summaries(),
-        page=get_report_page_code(),
+        page=get_report_page_templates(),
     output:
         html=report(
             "results/report.html",
@@ -20,6 +20,7 @@ rule report:
     conda:
         SOFTWARE_ENV
     params:
+        code=get_code("report.py"),
         # Not `archive`: where a finished run is copied is not part of it (qwen3_pilot.archive.pilot_config).
         config=pilot_config(config),
         config_digest=config_digest(pilot_config(config)),

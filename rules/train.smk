@@ -30,6 +30,7 @@ rule train:
     resources:
         **get_instance_resources(),
     params:
+        code=get_code("train.py"),
         backend=get_backend_config(),
         training=get_training,
         kernels=get_recipe_kernel_rules,
@@ -62,6 +63,7 @@ rule judge:
     conda:
         SOFTWARE_ENV
     params:
+        code=get_code("judge.py"),
         judging=get_judging,
     script:
         "../workflow/scripts/judge.py"
@@ -86,6 +88,7 @@ rule compare_recipes:
     conda:
         SOFTWARE_ENV
     params:
+        code=get_code("compare_recipes.py"),
         tolerance=config["training"]["recipe_agreement_tolerance"],
         backend=BACKEND,
     script:
@@ -104,6 +107,8 @@ rule export_reload:
         hf="results/train_hf/run",
         native="results/train_native/run",
         # The judged runs: only a run that passed its checks is exported; each summary names its export folder.
+        # Not ancient(): Snakemake then never checks this job's own params and code once an upstream judge
+        # reruns (it skips jobs downstream of a rerun, and an ancient edge does not bring them back).
         hf_summary="results/train_hf/summary.json",
         native_summary="results/train_native/summary.json",
     output:
@@ -119,6 +124,7 @@ rule export_reload:
     resources:
         **get_instance_resources(nodes=1),
     params:
+        code=get_code("export_reload.py"),
         settings=stage_measuring(config, "export_reload"),
         seed=config["training"]["seed"],
         backend=BACKEND,
@@ -146,6 +152,7 @@ rule moe_reduced:
     resources:
         **get_instance_resources(),
     params:
+        code=get_code("moe_reduced.py"),
         backend=get_backend_config(),
         training=stage_training(config, "moe_reduced"),
         moe=config["moe"],
@@ -172,6 +179,7 @@ rule kernel_numerics:
     resources:
         **get_instance_resources(nodes=1),
     params:
+        code=get_code("kernel_numerics.py"),
         backend=get_backend_config(),
         settings=stage_measuring(config, "kernel_numerics"),
     script:

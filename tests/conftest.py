@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -549,16 +551,19 @@ def copy_finished_stages(run: Path, copy: Path) -> Path:
 
 
 @contextmanager
-def edited_in_place(path: Path, edit: Callable[[str], str]):
-    """`path` (a file of the shared run) rewritten by `edit` for the block, then restored; no copy of the run is
-    taken meanwhile (SHARED_RUN_EDIT)."""
+def edited_in_place(*edits: tuple[Path, Callable[[str], str]] | Path | Callable[[str], str]):
+    """Each `path` (a file of the shared run) rewritten by its `edit` for the block, then restored; no copy of the
+    run is taken meanwhile (SHARED_RUN_EDIT). edited_in_place(path, edit), or several (path, edit) pairs."""
+    pairs = [edits] if isinstance(edits[0], Path) else list(edits)
     with SHARED_RUN_EDIT:
-        text = path.read_text()
-        path.write_text(edit(text))
+        texts = {path: path.read_text() for path, _ in pairs}
         try:
+            for path, edit in pairs:
+                path.write_text(edit(texts[path]))
             yield
         finally:
-            path.write_text(text)
+            for path, text in texts.items():
+                path.write_text(text)
 
 
 @pytest.fixture
@@ -597,6 +602,58 @@ def wait_for_ends(pids: list[int]) -> None:
             select.select([fd], [], [])
         finally:
             os.close(fd)
+
+
+def stopped(pids: list[int]) -> None:
+    """Stops each of `pids` (SIGSTOP) and returns once the kernel shows each stopped: from here on none of them runs
+    an instruction until it is let go (`released_once_signalled`)."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    for pid in pids:
+        while _process_status(pid).get("State", "T").split()[0] not in {"T", "Z", "X"}:
+            time.sleep(0.05)
+
+
+def released_once_signalled(pids: list[int]) -> None:
+    """Lets the stopped `pids` go on (SIGCONT) once each has ended or has a signal pending (sent while it was
+    stopped; the kernel delivers it before the process runs another instruction), then waits for their ends. A
+    process that no signal reaches would run on: the wait fails after 300 s (a hang guard, not a figure under
+    test) naming it."""
+    deadline = time.monotonic() + 300
+    waiting = list(pids)
+    while waiting:
+        waiting = [pid for pid in waiting if not _ended_or_signalled(pid)]
+        assert time.monotonic() < deadline, f"no signal reached {waiting} in 300 s"
+        time.sleep(0.05)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    wait_for_ends(pids)
+
+
+def _process_status(pid: int) -> dict[str, str]:
+    """/proc/PID/status as fields ({} once the process is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return {}
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def _ended_or_signalled(pid: int) -> bool:
+    status = _process_status(pid)
+    if not status or status["State"].split()[0] in {"Z", "X"}:
+        return True
+    # ShdPnd: signals sent to the process and not yet delivered (SigPnd: to its main thread).
+    return int(status["ShdPnd"], 16) != 0 or int(status["SigPnd"], 16) != 0
+
+
+def rank_processes(ws) -> list[int]:
+    """This workspace's torchrun ranks still running (torchrun's own command line names their module too)."""
+    from qwen3_pilot.unlock import workflow_processes
+
+    return [pid for pid, command in workflow_processes(ws)
+            if "qwen3_pilot.titan.in_ranks.train_entry" in command and "torch.distributed.run" not in command]
 
 
 def trainer_processes(ws) -> list[int]:

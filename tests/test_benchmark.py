@@ -13,13 +13,12 @@ from conftest import backend_config
 
 from qwen3_pilot.benchmark_runs import (
     BenchmarkError,
-    cost,
     mfu_pct,
     percentile,
-    projection,
     split_phases,
     steady_state,
 )
+from qwen3_pilot.stages.benchmark_judging import cost, projection
 from qwen3_pilot.training import read_steps
 
 # torchtitan's metric lines as titan_metrics writes them (a slow first step: startup and compilation).

@@ -16,6 +16,7 @@ from qwen3_pilot.changes import (
     figure_changes,
     find_baseline,
     flatten,
+    headline,
     stage_runs,
 )
 from qwen3_pilot.parse_time.config import config_problems
@@ -234,3 +235,21 @@ def test_a_neuron_sdk_switch_is_named_with_the_components_that_moved_and_leads_t
     runs = {"recorded": True, "ran": ["verify_ranks"], "reused": []}
     changes = {"stages": {}, "neuron_sdk": sdk_release_change(before, now)}
     assert "; Neuron SDK 2.33.0 -> 2.34.0 (torch-neuronx" in headline(runs, changes)
+
+
+def test_a_stage_whose_code_changed_since_the_baseline_is_named():
+    """The code digest of a stage, and of a judged stage's measuring job, against the baseline's: a changed
+    judge or measurement is named in the headline; a side that recorded no code (an older report) is unknown."""
+    def coded(name, digest, measured=None):
+        code = {"digest": digest, "commit": "c", "dirty": False}
+        return {**stage(name), "code": {**code, "measured": {**code, "digest": measured}} if measured else code}
+
+    baseline = report([coded("train_hf", "a" * 64, measured="b" * 64), coded("pin_env", "c" * 64),
+                       stage("export_reload")])
+    now = report([coded("train_hf", "a" * 64, measured="9" * 64), coded("pin_env", "c" * 64),
+                  coded("export_reload", "d" * 64)])
+    changes = baseline_changes(now, baseline)
+    assert {name: s["code_changed"] for name, s in changes["stages"].items()} == {
+        "train_hf": True, "pin_env": False, "export_reload": None}
+    runs = stage_runs(None, now["stages"])
+    assert "the code changed of train_hf;" in headline(runs, changes)

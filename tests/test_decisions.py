@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from qwen3_pilot.decisions import deciding_figure, duration, number
+from qwen3_pilot.decisions import deciding_figure, duration, number, other_commits
 
 
 @pytest.mark.parametrize("value, digits, text", [
@@ -69,3 +69,15 @@ def test_the_benchmarks_deciding_figure_adds_the_projected_full_run_where_there_
         {"recipe": "train_native", "scaling_efficiency": 0.9, "wall_time_days": 12.5, "cost": 41_000.0}]}}
     assert deciding_figure({"stage": "benchmark", "status": "pass", "figures": figures}) == (
         f"{measured}; full run projected (train_native, 90 % scaling): 12.5 days, cost 41,000 USD")
+
+
+def test_a_stage_made_by_the_code_of_another_commit_says_so():
+    """The page names the commit of a record reused from older code (and a judged stage's measurement at its own
+    commit); a record made by the report's own commit adds nothing."""
+    run = {"commit": "f" * 40, "dirty": False}
+    same = {"digest": "a" * 64, "commit": "f" * 40, "dirty": False}
+    assert other_commits({"code": same}, run) == []
+    assert other_commits({}, run) == []  # a stage that did not run
+    older = {"digest": "a" * 64, "commit": "0" * 40, "dirty": True, "measured": {**same, "commit": "1" * 40}}
+    assert other_commits({"code": older}, run) == ["measured at commit 111111111111",
+                                                   "judged at commit 000000000000 with uncommitted changes"]

@@ -69,3 +69,17 @@ def test_a_launch_killed_by_a_signal_names_it(tmp_path):
             {"message": {"message": f"RuntimeError: rank {rank}", "extraInfo": {"timestamp": stamp}}}))
     first = Launch([], {}, 1, 1.0, rank_log_dir=tmp_path / "ranks")
     assert first.rank_error().startswith("local rank 1: RuntimeError: rank 1")  # the earliest, not rank 0
+
+
+def test_a_launch_runs_in_the_given_folder_with_the_given_environment_not_the_processs(tmp_path, monkeypatch):
+    """cwd= and base_env= (what a relaunch on a background thread passes): the process's own folder and environment,
+    which another thread may change meanwhile, reach the launch only when neither is given."""
+    monkeypatch.setenv("SET_BY_ANOTHER_THREAD", "1")
+    folder = tmp_path / "workflow"
+    folder.mkdir()
+    command = [sys.executable, "-c", "import os; print(os.getcwd(), os.environ.get('SET_BY_ANOTHER_THREAD'), "
+               "os.environ['GIVEN'], os.environ['ADDED'])"]
+    result = run_torchrun(command, {"ADDED": "a"}, log_path=tmp_path / "launch.log", pid_dir=tmp_path / "run",
+                          rank_log_dir=None, cwd=folder, base_env={"GIVEN": "g"})
+    assert result.returncode == 0, result.output()
+    assert result.output().splitlines()[-1] == f"{folder} None g a"

@@ -108,3 +108,25 @@ def test_a_stage_process_ends_with_its_work_and_a_failure_still_fails(tmp_path, 
         assert "ValueError: the check failed" in result.stderr and "the check failed" in log
     else:
         assert "the work" in log and "unflushed output of the stage" in log
+
+
+def test_what_a_stage_writes_records_the_code_that_ran_it(tmp_path, monkeypatch):
+    """The job's code digest (its rule's `code` param) and the commit of the workflow folder, in every record the
+    stage writes, a failure's too; a record made outside a StageRun claims no code."""
+    import subprocess
+
+    from qwen3_pilot.summary import StageSummary
+
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["git", "init", "-q"], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "c"],
+                   check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    digest = "c0de" * 16
+    with StageRun("ok", tmp_path / "ok.log", code_digest=digest):
+        written = StageSummary(stage="ok", status="pass", backend="cpu").write(tmp_path / "summary.json")
+    assert written["code"] == {"digest": digest, "commit": head, "dirty": False}
+    with pytest.raises(ValueError), StageRun("bad", tmp_path / "bad.log", code_digest=digest):
+        raise ValueError("failed")
+    assert json.loads((tmp_path / "results" / "failures" / "bad.json").read_text())["code"]["digest"] == digest
+    assert StageSummary(stage="ok", status="pass", backend="cpu").code == {}

@@ -91,6 +91,8 @@ def test_a_relaunch_runs_the_recorded_launch_into_scratch_with_its_changes(tmp_p
     assert f"--log-dir={scratch / 'ranks'}" in launched["command"] and "--nproc-per-node=1" in launched["command"]
     assert "--nproc-per-node=2" not in launched["command"]
     assert (launched["env"]["KEPT"], launched["env"]["ADDED"]) == ("1", "2")
+    # In the workflow's folder, where the recorded command's relative paths point, without changing this process's.
+    assert launched["cwd"] == tmp_path and Path.cwd() != tmp_path
     relaunched = TrainerRun.read(Path(launched["env"]["QWEN3_PILOT_RECIPE"]))
     assert relaunched.steps == 1 and relaunched.parity_path == str(scratch / "parity.json")
     assert relaunched.replace(steps=10, parity_path=str((tmp_path / "parity.json").resolve())) == hf_run(tmp_path)

@@ -11,14 +11,13 @@ import pytest
 
 from qwen3_pilot.launch import PID_FILE, Launch
 from qwen3_pilot.stages.compare_recipes import run as compare_recipes
+from qwen3_pilot.stages.train_judging import loaded_weights_gate, loss_agreement
 from qwen3_pilot.summary import write_failure
+from qwen3_pilot.trainer_run import TrainingError
 from qwen3_pilot.training import (
-    TrainingError,
     check_steps,
     clear_run_dir,
     launch_failure,
-    loaded_weights_gate,
-    loss_agreement,
     read_steps,
     replacement_check,
 )

@@ -402,7 +402,8 @@ def test_each_neuron_rank_gets_the_cpu_backends_thread_caps_at_host_cpus_over_ra
 
 def test_a_preset_neuron_rt_visible_cores_is_refused_before_launch_naming_its_value(tmp_path, monkeypatch):
     from qwen3_pilot.tools.preflight import PreflightError
-    from qwen3_pilot.training import TrainingError, usable_backend
+    from qwen3_pilot.trainer_run import TrainingError
+    from qwen3_pilot.training import usable_backend
 
     with pytest.raises(PreflightError, match="NEURON_RT_VISIBLE_CORES='0-3' is set") as raised:
         printed_launches(monkeypatch, tmp_path, NEURON_RT_VISIBLE_CORES="0-3")

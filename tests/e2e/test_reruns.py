@@ -55,6 +55,48 @@ def with_overlay(ws, change, *args):
         return run_snakemake(ws, *args)
 
 
+PACKAGE = Path("workflow") / "scripts" / "qwen3_pilot"
+
+# docs/reruns.md's code edits, by their row: the file and how it is edited. A semantic edit changes a message the
+# gate writes, or adds a statement; the last row's edits change only what does not run.
+CODE_EDITS = {
+    "the loaded-weights gate (`stages/train_judging.py`)": [
+        (PACKAGE / "stages" / "train_judging.py", lambda text: text.replace('"the weights did not load"',
+                                                                             '"the weights did not load (edited)"'))],
+    "the recipe builder (`titan/in_ranks/recipes.py`)": [
+        (PACKAGE / "titan" / "in_ranks" / "recipes.py", lambda text: text + "\nEDITED_FOR_A_TEST = True\n")],
+    "a comment or docstring in any module of the package": [
+        (PACKAGE / "stages" / "train_judging.py", lambda text: text.replace(
+            "def loaded_weights_gate(", "# A comment added.\ndef loaded_weights_gate(")),
+        (PACKAGE / "training.py", lambda text: text.replace('"""', '"""Reworded. ', 1))],
+}
+
+
+def code_table_rows() -> dict[str, set[str]]:
+    """The code edits' table: {the edit as the row says it: the jobs planned}."""
+    section = TABLE.read_text().split("\n## What reruns after a code edit", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0] not in ("code edit", "---"):
+            rows[cells[0]] = set(re.findall(r"`([^`]+)`", cells[1]))
+    return rows
+
+
+@pytest.mark.parametrize("edit", list(CODE_EDITS))
+def test_each_code_edit_plans_the_jobs_docs_reruns_md_lists(completed_run, edit):
+    """Code is an input: a judge edit plans the judges and what reads their verdicts, a recipe edit the training,
+    and an edit to nothing that runs (a comment, a docstring) plans nothing."""
+    assert set(code_table_rows()) == set(CODE_EDITS)
+    edits = [(completed_run / path, change) for path, change in CODE_EDITS[edit]]
+    for path, change in edits:
+        assert change(path.read_text()) != path.read_text(), path  # the edit applies
+    with edited_in_place(*edits):
+        result = run_snakemake(completed_run, "-n")
+    assert result.returncode == 0, output(result)[-3000:]
+    assert planned_job_labels(result) == code_table_rows()[edit], output(result)[-3000:]
+
+
 def test_the_table_has_the_edits_the_issue_names():
     edits = {edit.split(":")[0] for edit, _ in table_rows()}
     assert {"training.gate.min_gap", "kernels.loss_tolerance",

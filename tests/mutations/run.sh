@@ -9,7 +9,7 @@ S=workflow/scripts/qwen3_pilot
 MUTATIONS=(
   "$S/titan/kernels/rope.py|    return torch.cat((-x2, x1), dim=-1)|    return torch.cat((x2, -x1), dim=-1)|tests/titan/test_rope.py::test_rope_hf_rotates_each_first_half_second_half_pair_by_hand"
   "$S/backends/cpu.py|    return 2 * size**3 * calls / elapsed|    return 20 * size**3 * calls / elapsed|tests/backends/test_backends.py::test_cpu_peak_measurement_agrees_with_a_matmul_timed_here"
-  "$S/training.py|    if not control - loaded >= gate[\"min_gap\"]:|    if not control - loaded >= 0:|tests/test_training.py::test_the_loaded_weights_gate_holds_the_gap_to_training_gate_min_gap"
+  "$S/stages/train_judging.py|    if not control - loaded >= gate[\"min_gap\"]:|    if not control - loaded >= 0:|tests/test_training.py::test_the_loaded_weights_gate_holds_the_gap_to_training_gate_min_gap"
   "$S/plots.py|            curves[plain] = [(s[\"step\"], s[\"loss_plain\"]) for s in replacements[\"against_plain\"][\"steps\"]]|            curves[plain] = [(s[\"step\"], s[\"loss_replaced\"]) for s in replacements[\"against_plain\"][\"steps\"]]|tests/test_plots.py::test_the_loss_plot_draws_each_curve_from_its_own_losses_and_each_pair_difference"
   "$S/stage_run.py|            check_custody(self.consumes)|            pass  # custody check skipped|tests/test_stage_run.py::test_a_stage_whose_input_changed_after_its_producer_recorded_it_fails_before_its_work"
 )

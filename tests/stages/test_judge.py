@@ -11,11 +11,12 @@ from qwen3_pilot.artifacts import write_recorded_json
 from qwen3_pilot.stages.judge import run
 from qwen3_pilot.summary import failure_path, write_failure
 from qwen3_pilot.titan.parity import ParityError, with_reasons
-from qwen3_pilot.training import TrainingError
+from qwen3_pilot.trainer_run import TrainingError
 
 VOCAB = 151936
 GATE = {"min_gap": 1.0, "control_below_ln_vocab": 0.5, "control_above_ln_vocab": 1.5}
 REASON = "set to training.seq_len by torchtitan's transformers backend"
+MEASURED_BY = {"digest": "e" * 64, "commit": "f" * 40, "dirty": False}
 
 
 def steps_of(*losses):
@@ -42,7 +43,8 @@ def measured_recipe(tmp_path, *, loaded=5.0, control=12.0, plain=None):
     write_recorded_json(path, {"stage": "train_hf", "backend": "cpu", "figures": figures, "notes": [],
                                "artifacts": [{"path": "results/train_hf/run/metrics.jsonl", "sha256": "0" * 64,
                                               "bytes": 1}],
-                               "started": "2026-12-04T10:00:00.000+00:00", "ended": "2026-12-04T10:05:00.000+00:00"})
+                               "started": "2026-12-04T10:00:00.000+00:00", "ended": "2026-12-04T10:05:00.000+00:00",
+                               "code": MEASURED_BY})
     return path
 
 
@@ -66,6 +68,7 @@ def test_a_passing_measurement_becomes_the_stages_summary_with_the_work_s_own_ti
     assert (summary["started"], summary["ended"]) == ("2026-12-04T10:00:00.000+00:00", "2026-12-04T10:05:00.000+00:00")
     assert [a["path"] for a in summary["artifacts"]] == ["results/train_hf/run/metrics.jsonl", str(measured)]
     assert "7.00 nats below a random-init control" in summary["proves"]
+    assert summary["code"]["measured"] == MEASURED_BY  # the judge keeps which code measured what it judged
 
 
 def test_a_gate_threshold_above_the_measured_gap_fails_and_keeps_the_figures(in_tmp, stage_progress):

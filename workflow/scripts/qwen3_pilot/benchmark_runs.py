@@ -77,32 +77,6 @@ def mfu_pct(tflops_per_rank: float, peak_flops_per_rank: float) -> float:
     return 100 * tflops_per_rank * 1e12 / peak_flops_per_rank
 
 
-def cost(price_per_hour: float, tokens_per_s_per_instance: float, warmup_s: float) -> dict[str, float]:
-    """At a price per instance-hour: the cost of a million tokens at steady state, and of the warm-up
-    (startup, compilation and warm-up steps) that every run pays once."""
-    if not tokens_per_s_per_instance > 0:
-        raise BenchmarkError(f"tokens/s per instance = {tokens_per_s_per_instance}: no cost per token")
-    return {
-        "price_per_hour": price_per_hour,
-        "per_million_tokens": price_per_hour / 3600 / tokens_per_s_per_instance * 1e6,
-        "tokens_per_unit_price": tokens_per_s_per_instance * 3600 / price_per_hour,
-        "warmup": price_per_hour * warmup_s / 3600,
-    }
-
-
-def projection(tokens: float, instances: int, efficiency: float, tokens_per_s_per_instance: float, warmup_s: float,
-               price_per_hour: float | None) -> dict[str, Any]:
-    """The full run, linearly: `tokens` at the measured steady rate per instance times `instances` times
-    `efficiency`, after one warm-up (startup, compilation, warm-up steps) on every instance; its cost at the
-    price per instance-hour where one is given (None: no cost)."""
-    if not tokens_per_s_per_instance > 0:
-        raise BenchmarkError(f"tokens/s per instance = {tokens_per_s_per_instance}: nothing to project from")
-    wall_s = warmup_s + tokens / (tokens_per_s_per_instance * instances * efficiency)
-    return {"scaling_efficiency": efficiency, "wall_time_h": wall_s / 3600, "wall_time_days": wall_s / 86400,
-            "instance_hours": instances * wall_s / 3600,
-            "cost": None if price_per_hour is None else instances * wall_s / 3600 * price_per_hour}
-
-
 def relative(new: float, old: float) -> float | None:
     """(new - old) / old, or None without a positive base."""
     return (new - old) / old if old else None

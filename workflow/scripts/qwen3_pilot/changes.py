@@ -203,6 +203,17 @@ def sdk_release_change(before: dict[str, Any], now: dict[str, Any]) -> str | Non
             + (f" ({', '.join(moved)})" if moved else " (no component's version moved)"))
 
 
+def code_changed(before: dict[str, Any], now: dict[str, Any]) -> bool | None:
+    """Whether the code that made a stage's record (its digest, and a judged stage's measuring job's) differs
+    from the baseline's; None where either side recorded none (a stage that did not run, an older report)."""
+    def digests(code: dict[str, Any]) -> tuple[str | None, str | None]:
+        return code.get("digest"), code.get("measured", {}).get("digest")
+
+    if not before.get("digest") or not now.get("digest"):
+        return None
+    return digests(before) != digests(now)
+
+
 def baseline_changes(report: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
     """This report against the baseline report: per stage, its status before and now, the figures that
     moved and the artifacts whose sha256 changed; the environment, config and provenance differences."""
@@ -218,6 +229,7 @@ def baseline_changes(report: dict[str, Any], baseline: dict[str, Any]) -> dict[s
             "figures_moved": [c for c in moved if not c["volatile"]],
             "timing_figures_moved": [c for c in moved if c["volatile"]],
             "artifacts_changed": changed,
+            "code_changed": code_changed(old.get("code", {}), stage.get("code", {})),
         }
     return {
         "stages": stages,
@@ -284,6 +296,8 @@ def headline(runs: dict[str, Any], changes: dict[str, Any] | None, not_run: froz
         moved = [f"{name} ({len(stage['figures_moved'])})" for name, stage in changes["stages"].items()
                  if stage["figures_moved"]]
         timing = [name for name, stage in changes["stages"].items() if stage["timing_figures_moved"]]
+        if code := [name for name, stage in changes["stages"].items() if stage.get("code_changed")]:
+            parts.append(f"the code changed of {', '.join(code)}")
         parts.append(f"figures moved in {', '.join(moved)}" if moved else "no figure moved apart from timings")
         if timing:
             parts.append(f"timings moved in {', '.join(timing)}")

@@ -184,6 +184,28 @@ def preflight_figure(name: str, check: dict[str, Any]) -> str:
         return "see details"
 
 
+def other_commits(stage: dict[str, Any], provenance: dict[str, Any]) -> list[str]:
+    """Where the code that made a stage's record (and, for a judged stage, its measurement) is not the report's
+    own (another commit, or uncommitted changes where the report has none): one phrase each, e.g. "measured at
+    commit 0c8ef0a1b2c3"; nothing where it is the report's. A record reused from an earlier run may have been
+    made by older code: the page says so."""
+    def at(code: dict[str, Any]) -> str | None:
+        if not code.get("commit") or (code["commit"], code.get("dirty")) == (provenance["commit"],
+                                                                          provenance["dirty"]):
+            return None
+        commit = code["commit"]
+        return (f"commit {commit[:12] if len(commit) == 40 else commit}"
+                + (" with uncommitted changes" if code.get("dirty") else ""))
+
+    code = stage.get("code", {})
+    phrases = []
+    if measured_at := at(code.get("measured", {})):
+        phrases.append(f"measured at {measured_at}")
+    if made_at := at(code):
+        phrases.append(f"{'judged' if code.get('measured') else 'made'} at {made_at}")
+    return phrases
+
+
 def duration(stage: dict[str, Any]) -> str:
     """How long the stage's work took ("53 s", "1 min 25 s"), from its recorded start and end."""
     try:

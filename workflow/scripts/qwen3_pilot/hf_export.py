@@ -246,20 +246,6 @@ def check_export(
     return figures, problems, files
 
 
-def logits_problems(recipe: str, logits: dict[str, Any], judging: dict[str, Any]) -> list[str]:
-    """The judge's half: the reloaded model's logits against torchtitan's, held to export_reload's
-    logits_tolerance and min_argmax_agreement (each recorded into `logits` beside its figure)."""
-    logits["tolerance"], logits["min_argmax_agreement"] = judging["logits_tolerance"], judging["min_argmax_agreement"]
-    problems = []
-    if not logits["max_abs_diff"] <= judging["logits_tolerance"]:
-        problems.append(f"{recipe}: reloaded logits differ from torchtitan's by {logits['max_abs_diff']:.3e} "
-                        f"(export_reload.logits_tolerance = {judging['logits_tolerance']})")
-    if not logits["argmax_agreement"] >= judging["min_argmax_agreement"]:
-        problems.append(f"{recipe}: argmax agreement {logits['argmax_agreement']:.4f} below "
-                        f"export_reload.min_argmax_agreement = {judging['min_argmax_agreement']}")
-    return problems
-
-
 def key_set_problems(exports: dict[str, Path]) -> tuple[dict[str, Any], list[str]]:
     """The recipes' exports must hold the same tensors with the same dtypes and shapes."""
     from safetensors import safe_open

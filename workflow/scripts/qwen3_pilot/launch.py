@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,8 +81,11 @@ def stop_orphans(pid_dir: Path) -> None:
 
 
 def run_torchrun(command: list[str], added_env: dict[str, str], *, log_path: Path, pid_dir: Path,
-                 rank_log_dir: Path | None) -> Launch:
-    """Runs one torchrun command (from Backend.torchrun_command) with `added_env` over this environment."""
+                 rank_log_dir: Path | None, cwd: Path | None = None,
+                 base_env: Mapping[str, str] | None = None) -> Launch:
+    """Runs one torchrun command (from Backend.torchrun_command) in `cwd` (default: this process's folder) with
+    `added_env` over `base_env` (default: this process's environment). A caller on a thread of a process that
+    others may change (a test suite's background launches) passes both rather than rely on the process's."""
     if rank_log_dir is not None and Path(rank_log_dir).exists():
         shutil.rmtree(rank_log_dir)  # an earlier launch's error files are not this launch's
     if "TMPDIR" in added_env:
@@ -95,8 +99,8 @@ def run_torchrun(command: list[str], added_env: dict[str, str], *, log_path: Pat
         # Its own session, so that every process of the launch can be stopped as a group; and dead with this
         # stage process however it ends (lifetime.py: the ranks die with torchrun in turn).
         process = subprocess.Popen(
-            command, env={**os.environ, **added_env}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=die_with_parent,
+            command, env={**(os.environ if base_env is None else base_env), **added_env}, cwd=cwd, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
         )
         (pid_dir / PID_FILE).write_text(str(process.pid))
         try:

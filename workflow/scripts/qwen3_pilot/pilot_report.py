@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from .artifacts import now_iso, record_digest, write_recorded_json, write_text
 from .audit import default_signoffs, record_written_report
+from .parse_time.code import git_provenance
 from .paths import WORKFLOW
 from .stages import STAGES, UPSTREAM, skipped_stages
 
@@ -20,7 +20,7 @@ NO_SUMMARY = "no summary of this stage among the report's inputs"
 
 # report.json's shape; the report is checked against it before it is written.
 REPORT_SCHEMA = WORKFLOW / "schemas" / "report.schema.json"
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "1.2.0"
 def titles(config: dict[str, Any]) -> dict[str, str]:
     """Each stage's title with the config's figures in it (steps, layers, experts)."""
     return {stage: title.format(**config) for stage, title in STAGES}
@@ -77,19 +77,6 @@ def failed_run_stages(
             entry = not_run(stage, title, backend, skipped.get(stage, "not reached: the run stopped at a failure"))
         stages.append(entry)
     return stages
-
-
-def git_provenance(folder: Path) -> dict[str, Any]:
-    def git(*args: str) -> str | None:
-        try:
-            result = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return result.stdout.strip() if result.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit or "unknown (not a git checkout)", "dirty": bool(dirty)}
 
 
 def not_run(stage: str, title: str, backend: str, reason: str) -> dict[str, Any]:
@@ -251,7 +238,7 @@ def environment():
     """The templates' jinja2 environment: autoescaped, strict, with the helpers the templates use."""
     import jinja2
 
-    from .decisions import deciding_figure, duration, preflight_figure
+    from .decisions import deciding_figure, duration, other_commits, preflight_figure
     from .figure_view import blocks, exact_text, is_records
 
     env = jinja2.Environment(
@@ -262,7 +249,7 @@ def environment():
     env.filters["exact"] = exact_text
     env.tests["records"] = is_records
     env.globals.update(deciding_figure=deciding_figure, duration=duration, preflight_figure=preflight_figure,
-                       page_figures=page_figures, moved_cells=moved_cells, view=blocks)
+                       page_figures=page_figures, moved_cells=moved_cells, view=blocks, other_commits=other_commits)
     return env
 
 

@@ -22,15 +22,17 @@ from .artifacts import now_iso
 class StageProgress:
     started: str = field(default_factory=now_iso)
     measured: dict[str, Any] = field(default_factory=dict)
+    # The code the job runs: its rule's digest (parse_time/code.py), the commit and whether tracked files differ.
+    code: dict[str, Any] = field(default_factory=dict)
 
 
 _IN_PROGRESS: ContextVar[StageProgress | None] = ContextVar("stage_in_progress", default=None)
 
 
 @contextlib.contextmanager
-def begin_progress() -> Iterator[StageProgress]:
-    """A stage's work from now on (StageRun's block)."""
-    progress = StageProgress()
+def begin_progress(code: dict[str, Any] | None = None) -> Iterator[StageProgress]:
+    """A stage's work from now on (StageRun's block), running `code`."""
+    progress = StageProgress(code=dict(code or {}))
     token = _IN_PROGRESS.set(progress)
     try:
         yield progress
@@ -43,6 +45,12 @@ def record_measured(**figures: Any) -> None:
     progress = _IN_PROGRESS.get()
     if progress is not None:
         progress.measured.update(figures)
+
+
+def running_code() -> dict[str, Any]:
+    """The code the stage in progress runs (nothing outside a StageRun)."""
+    progress = _IN_PROGRESS.get()
+    return dict(progress.code) if progress is not None else {}
 
 
 def stage_started() -> str:

@@ -24,6 +24,7 @@ from typing import Any
 from .artifacts import check_custody
 from .backends import keep_compiler_caches_in_project
 from .lifetime import die_with_parent, exit_once_recorded
+from .parse_time.code import git_provenance
 from .paths import HERE
 from .stage_progress import StageProgress, begin_progress
 from .stages import stage_of_job
@@ -37,8 +38,11 @@ class StageRun:
     at once when the stage succeeded (lifetime)."""
 
     def __init__(self, stage: str, log_path: str | Path, consumes: Iterable[str | Path] = (), *,
-                 end_process: bool = False) -> None:
+                 end_process: bool = False, code_digest: str | None = None) -> None:
         self.stage = stage
+        # The digest of the code the job runs (its rule's `code` param), recorded in what the stage writes with
+        # the commit: which code made a record, whatever ran since.
+        self.code_digest = code_digest
         self.log_path = Path(log_path)
         self.consumes = list(consumes)
         self.end_process = end_process
@@ -54,11 +58,12 @@ class StageRun:
         """The stage a Snakemake job runs (stages.stage_of_job: rule `train`'s jobs are the stage their
         wildcard names), in the job's log, its inputs checked, in the script's own process."""
         return cls(stage_of_job(snakemake.rule, dict(snakemake.wildcards)), snakemake.log[0], snakemake.input,
-                   end_process=True)
+                   end_process=True, code_digest=getattr(snakemake.params, "code", None))
 
     def __enter__(self) -> StageRun:
         # The summary's "started": when the stage's work begins, not when the summary is written.
-        self.progress = self._exit.enter_context(begin_progress())
+        code = {"digest": self.code_digest, **git_provenance(HERE.root)} if self.code_digest else {}
+        self.progress = self._exit.enter_context(begin_progress(code))
         if self.end_process:
             # torchrun ends with the stage and each rank with torchrun (lifetime); the stage ends with Snakemake.
             die_with_parent()

@@ -8,7 +8,7 @@ from typing import Any
 
 from .artifacts import describe_artifact, now_iso, remove_recorded, write_recorded_json
 from .paths import HERE
-from .stage_progress import stage_started
+from .stage_progress import running_code, stage_started
 
 STATUSES = ("pass", "fail", "not_run")
 
@@ -46,6 +46,8 @@ class StageRecord:
     notes: list[str] = field(default_factory=list)
     started: str = field(default_factory=stage_started)
     ended: str = ""
+    # What ran: the job's code digest, commit and uncommitted changes (StageRun; {} outside one).
+    code: dict[str, Any] = field(default_factory=running_code)
 
     def add_artifacts(self, paths: list[Path], root: Path | None = None) -> None:
         self.artifacts.extend(describe_artifact(Path(p), root) for p in paths)

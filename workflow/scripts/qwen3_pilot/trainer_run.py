@@ -89,3 +89,8 @@ class TrainerRun:
 def export_dir(run_dir: Path, steps: int) -> Path:
     """Where torchtitan's last_save_in_hf writes the Hugging Face export of step `steps`."""
     return Path(run_dir) / "checkpoint" / f"step-{steps}"
+
+
+class TrainingError(RuntimeError):
+    """A training stage's launch or check failed (raised by its measuring job and by its judge: here, where both
+    can import it without importing each other)."""

@@ -1,18 +1,20 @@
 """What the training stages (stages/train.py, stages/moe_reduced.py, stages/benchmark.py) share: the recipe
-file, the trainer launch, torchtitan's per-step metrics, the loaded-weights gate, and the kernel replacements'
-checks against the same run without them.
+file, the trainer launch, torchtitan's per-step metrics, and the kernel replacements' launch-log count and plain
+twin run.
 
 Torch-free: the training happens in torchrun's processes (qwen3_pilot.titan.in_ranks: train_entry and recipes); this
-module writes the recipe, launches, and judges what the run measured.
+module writes the recipe, launches and reads what the run measured. What judges it (the loaded-weights gate, the
+losses against the plain run) is stages/train_judging.py, which this module never imports: a stage's code decides
+its reruns (parse_time/code.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,7 @@ from .artifacts import write_json
 from .backends import Backend
 from .launch import Launch, failure_cause, how_it_ended, run_torchrun, stop_orphans
 from .paths import RunFolder
-from .stage_progress import record_measured
-from .trainer_run import LAUNCH_RECORD, METRICS_FILE, RECIPE_ENV, TrainerRun, export_dir
+from .trainer_run import LAUNCH_RECORD, METRICS_FILE, RECIPE_ENV, TrainerRun, TrainingError, export_dir
 
 CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
 # Beside a stage's recipe.json (its TrainerRun): the same run without kernel replacements, and the random-init
@@ -43,10 +44,6 @@ STEP_METRICS = {
     "step_time_s": "time_metrics/end_to_end(s)",
     "data_wait_pct": "time_metrics/data_loading(%)",
 }
-
-
-class TrainingError(RuntimeError):
-    pass
 
 
 def trainer_run(
@@ -135,6 +132,7 @@ def launch(
 def relaunch(
     workdir: Path, stage: str, name: str, scratch: Path, *, recipe_changes: dict[str, Any] | None = None,
     added_env: dict[str, str] | None = None, ranks_per_node: int | None = None,
+    base_env: Mapping[str, str] | None = None,
 ) -> Launch:
     """A trainer launch a stage recorded (results/<stage>/<name>/launch.json) run again by hand with the stages'
     own launcher, its dump folder, rank logs, recipe and parity table moved to `scratch` so that the stage's
@@ -144,6 +142,7 @@ def relaunch(
     fewer ranks torchtitan accumulates gradients to the same global batch size, but the data loader hands out
     other samples: a loss is then not comparable with the recorded run's (measured: 5.832 on one rank against
     5.804 recorded on two, at step 1)."""
+    scratch = Path(scratch).resolve()  # the ranks run in `workdir`
     record = json.loads(RunFolder(workdir).launch_record(stage, name).read_text())
     run = TrainerRun.read(Path(record["env"][RECIPE_ENV]))
     # Every file the ranks write outside the dump folder, moved too: the stage's own stay as it recorded them.
@@ -161,9 +160,10 @@ def relaunch(
         command = [f"--nproc-per-node={ranks_per_node}" if arg.startswith("--nproc-per-node=") else arg
                    for arg in command]
     env = {**record["env"], **(added_env or {}), RECIPE_ENV: str(recipe_path)}
-    with contextlib.chdir(workdir):  # the recorded command's paths are relative to the workflow's folder
-        return run_torchrun(command, env, log_path=scratch / f"{name}.log", pid_dir=scratch / name,
-                            rank_log_dir=rank_logs)
+    # The recorded command's paths are relative to the workflow's folder: torchrun runs there (this process's own
+    # folder is left alone, as its environment is where `base_env` is given).
+    return run_torchrun(command, env, log_path=scratch / f"{name}.log", pid_dir=scratch / name,
+                        rank_log_dir=rank_logs, cwd=workdir, base_env=base_env)
 
 
 def launch_failure(what: str, launch_result: Launch, parity_path: Path) -> TrainingError:
@@ -203,36 +203,6 @@ def check_steps(steps: list[dict[str, Any]], expected_steps: int, source: Path) 
     seen = [s["step"] for s in steps]
     if seen != list(range(1, expected_steps + 1)):
         raise TrainingError(f"{source}: logged steps {seen}, expected 1..{expected_steps}")
-
-
-def loaded_weights_gate(
-    loaded: float, control: float, vocab_size: int, gate: dict[str, float]
-) -> tuple[dict[str, Any], list[str]]:
-    """Step-1 loss with the fetched weights against the random-init control on the same batch."""
-    ln_vocab = math.log(vocab_size)
-    figures = {
-        "step1_loss_loaded": loaded,
-        "step1_loss_random_init": control,
-        "gap": control - loaded,
-        "ln_vocab": ln_vocab,
-        "control_minus_ln_vocab": control - ln_vocab,
-        "min_gap": gate["min_gap"],
-        "control_band": [ln_vocab - gate["control_below_ln_vocab"], ln_vocab + gate["control_above_ln_vocab"]],
-    }
-    problems = []
-    if not control - loaded >= gate["min_gap"]:
-        problems.append(
-            f"step-1 loss {loaded:.4f} with the fetched weights is not below the random-init control "
-            f"{control:.4f} by training.gate.min_gap = {gate['min_gap']} (gap {control - loaded:.4f}): "
-            "the weights did not load"
-        )
-    low, high = figures["control_band"]
-    if not low <= control <= high:
-        problems.append(
-            f"random-init control step-1 loss {control:.4f} is outside [{low:.4f}, {high:.4f}] around "
-            f"ln(vocab) = {ln_vocab:.4f}: the control is not an uninformed model"
-        )
-    return figures, problems
 
 
 def recorded_export_dir(record_path: Path) -> Path:
@@ -303,31 +273,6 @@ def replacement_check(stage: str, run: Launch, rules: list[dict[str, str]], n_la
     }
 
 
-def loss_agreement(
-    replaced: list[dict[str, Any]], plain: list[dict[str, Any]], tolerance: float
-) -> tuple[dict[str, Any], list[str]]:
-    """Per-step losses of the run with the kernel replacements against the same run without them."""
-    rows = [
-        {"step": r["step"], "loss_replaced": r["loss"], "loss_plain": p["loss"], "abs_diff": abs(r["loss"] - p["loss"])}
-        for r, p in zip(replaced, plain, strict=False)
-    ]
-    diffs = [row["abs_diff"] for row in rows]
-    # max() skips a NaN that is not first (NaN compares false), so a NaN loss is made the largest on purpose.
-    largest = math.nan if not diffs or any(math.isnan(d) for d in diffs) else max(diffs)
-    figures = {"max_abs_loss_diff": largest, "tolerance": tolerance, "steps": rows}
-    problems = []
-    if len(replaced) != len(plain):
-        problems.append(f"the replaced run logged {len(replaced)} steps, the plain run {len(plain)}")
-    if not largest <= tolerance:  # NaN fails too
-        worst = next((row for row in rows if not row["abs_diff"] <= tolerance), None)
-        problems.append(
-            f"losses with the kernel replacements differ from the plain run by up to {largest:.3g} "
-            f"(first past the tolerance at step {worst['step'] if worst else '?'}); "
-            f"kernels.loss_tolerance = {tolerance}"
-        )
-    return figures, problems
-
-
 def replaced_and_plain(
     stage: str, backend: Backend, trainer: TrainerRun, *, config_function: str, recipe_path: Path, run: Launch,
     steps: list[dict[str, Any]], plain_dir: Path, log_path: Path, n_layers: int,
@@ -350,26 +295,3 @@ def replaced_and_plain(
     return {**figures, "plain_steps": plain_steps, "plain_launch_wall_s": round(plain_run.wall_s, 2)}
 
 
-def replaced_against_plain(stage: str, steps: list[dict[str, Any]], measured: dict[str, Any] | str,
-                           tolerance: float | None) -> dict[str, Any] | str:
-    """The judge's half: the measured replacements (replaced_and_plain, or the sentence saying none were
-    configured) with the replaced run's losses held to `tolerance` step by step against the plain run's."""
-    if isinstance(measured, str):
-        return measured
-    replacements = {key: value for key, value in measured.items() if key != "plain_steps"}
-    agreement, problems = loss_agreement(steps, measured["plain_steps"], tolerance)
-    record_measured(kernel_replacements={**replacements, "against_plain": agreement})
-    if problems:
-        raise TrainingError(f"{stage}: replaced against plain:\n  - " + "\n  - ".join(problems))
-    return {**replacements, "against_plain": agreement}
-
-
-def replacement_proves(replacements: dict[str, Any] | str) -> str:
-    if isinstance(replacements, str):
-        return ""
-    kernels = ", ".join(f"{kernel} in {entry['replaced']} layers ({entry['implementation']})"
-                        for kernel, entry in replacements["per_kernel"].items())
-    agreement = replacements["against_plain"]
-    return (f" The trainer built the model with its kernel replacements, one per targeted layer as the launch log "
-            f"shows: {kernels}; its per-step losses match the same run without them within "
-            f"{agreement['tolerance']} (largest difference {agreement['max_abs_loss_diff']:.3g}).")

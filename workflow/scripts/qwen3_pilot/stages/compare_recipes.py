@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..training import TrainingError
+from ..trainer_run import TrainingError
 
 
 def run(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..hf_export import ExportError, check_export, key_set_problems, logits_problems, read_tensors
+from ..hf_export import ExportError, check_export, key_set_problems, read_tensors
 
 RECIPES = ("hf", "native")
 
@@ -44,26 +44,3 @@ def run(
     return measurement.write(measured_path)
 
 
-def judge_export_reload(stage: str, figures: dict[str, Any], judging: dict[str, Any], backend: str) -> dict[str, str]:
-    """Rule judge for export_reload: each recipe's logits against torchtitan's, held to the tolerances in
-    `judging` (export_reload.logits_tolerance, min_argmax_agreement); returns proves and does_not_prove."""
-    problems = [problem for recipe in RECIPES
-                for problem in logits_problems(recipe, figures[recipe]["logits_vs_torchtitan"], judging)]
-    if problems:
-        raise ExportError("export_reload failed:\n  - " + "\n  - ".join(problems))
-    return {
-        "proves": (
-            "Each recipe's last-step export, completed with the checkpoint's config and tokenizer files, loads "
-            "with transformers' AutoModelForCausalLM from safetensors with no missing, unexpected or mismatched "
-            "keys; tied embeddings share storage and no separate lm_head tensor is written; the reloaded "
-            "model's logits on fixed random tokens match torchtitan's own Qwen3 loaded from the same files "
-            "through its state-dict adapter; greedy generation runs; both exports hold the same tensors and "
-            "dtypes, and they differ from the fetched weights."
-        ),
-        "does_not_prove": (
-            "That the export equals the trainer's in-memory final state bit for bit: the comparison model is "
-            "rebuilt from the export (it checks the HF format and torchtitan's conversion both ways, not the "
-            "save path). The generated text is not judged for quality; the logits were compared on one fixed "
-            "input in the export's dtype only."
-        ),
-    }

@@ -10,11 +10,10 @@ from typing import Any
 from ..reduced_moe import STAGE, model_spec, reduced_moe_changes, router_load
 from ..stage_progress import record_measured
 from ..titan.parity import read_checkpoint_values
-from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
+from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE, TrainingError
 from ..training import (
     CONFIG_FUNCTIONS,
     PLAIN_RECIPE,
-    TrainingError,
     launch_and_read,
     ranks_peak_flops,
     replaced_and_plain,

@@ -11,12 +11,11 @@ from typing import Any
 from ..launch import Launch
 from ..stage_progress import record_measured
 from ..titan.parity import read_checkpoint_values
-from ..trainer_run import METRICS_FILE, PARITY_FILE, export_dir
+from ..trainer_run import METRICS_FILE, PARITY_FILE, TrainingError, export_dir
 from ..training import (
     CONFIG_FUNCTIONS,
     CONTROL_RECIPE,
     PLAIN_RECIPE,
-    TrainingError,
     control_run,
     export_files,
     launch_and_read,
