@@ -7,6 +7,7 @@ import sys
 import pytest
 from conftest import keep_plan
 
+from qwen3_pilot import rank_plan
 from qwen3_pilot.rank_plan import GIB, run_plan_subprocess
 
 QWEN3_4B_PARAMS = 4_022_468_096
@@ -69,11 +70,17 @@ def test_json_written_atomically(plan64):
     assert json.loads(out.read_text()) == plan
 
 
-def test_tiny_budget_fails_naming_the_budget(tmp_path):
+def test_tiny_budget_fails_naming_the_budget(plan64, tmp_path, monkeypatch):
+    """The command's verdict on the 64-rank plan's static state against a budget it exceeds (the plan is the
+    fixture's: the command's own subprocess is tested above)."""
+    plan, _ = plan64
+    monkeypatch.setattr(rank_plan, "build_plan", lambda flavor, world_size, hbm, rank: {
+        **plan, **rank_plan.held_to_budget(plan["static_gib_per_rank"], hbm)})
     out = tmp_path / "plan.json"
-    with pytest.raises(RuntimeError, match=r"DOES NOT FIT.*vs 0\.5 GiB HBM per rank"):
-        run_plan_subprocess("4B", 64, 0.5, out)
-    assert json.loads(out.read_text())["fits"] is False
+    with pytest.raises(SystemExit, match=r"DOES NOT FIT.*vs 0\.5 GiB HBM per rank"):
+        rank_plan.main(["--hbm-per-rank-gib", "0.5", "--out", str(out)])
+    written = json.loads(out.read_text())  # written all the same, for its figures
+    assert written["fits"] is False and written["headroom_gib"] == pytest.approx(0.5 - plan["static_gib_per_rank"])
 
 
 def test_world_size_one_holds_everything(tmp_path):

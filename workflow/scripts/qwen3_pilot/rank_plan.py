@@ -192,12 +192,16 @@ def build_plan(flavor: str, world_size: int, hbm_per_rank_gib: float, rank: int 
         "static_bytes_per_rank": static_bytes,
         "static_gib_per_rank": static_gib,
         "static_excludes": NOT_COUNTED,
-        "hbm_per_rank_gib": hbm_per_rank_gib,
-        "headroom_gib": hbm_per_rank_gib - static_gib,
-        "fits": static_gib <= hbm_per_rank_gib,
+        **held_to_budget(static_gib, hbm_per_rank_gib),
         "versions": {"torch": torch.__version__, "torchtitan": version("torchtitan")},
         "elapsed_s": round(time.perf_counter() - started, 2),
     }
+
+
+def held_to_budget(static_gib_per_rank: float, hbm_per_rank_gib: float) -> dict:
+    """The static state per rank against the HBM budget per rank: the headroom left and whether it fits."""
+    return {"hbm_per_rank_gib": hbm_per_rank_gib, "headroom_gib": hbm_per_rank_gib - static_gib_per_rank,
+            "fits": static_gib_per_rank <= hbm_per_rank_gib}
 
 
 def run_plan_subprocess(
