@@ -58,7 +58,9 @@ def test_2_34_0_holds_what_aws_published_and_marks_the_rest_unrecorded():
     assert components_problems(NEXT, published) == []
     assert NEXT.python["torch-neuronx"] == "2.14.3.1.*" and NEXT.released == "2026-11-30"
     unrecorded = {name for name, version in NEXT.components().items() if UNRECORDED in version}
-    assert unrecorded == {"torch", "neuronx-cc", "nki", *NEXT.os_packages, "torchtitan"}
+    assert unrecorded == {"neuronx-cc", "nki", *NEXT.os_packages}
+    assert NEXT.framework == {"torch": "2.14.0"} and NEXT.fork.version == "0.2.2+neuron.2"
+    assert NEXT.machine.python == ("3.12", "3.13", "3.14") and NEXT.machine.standalone_os is None
     # Nothing unrecorded is listed with a version in AWS's list as recorded.
     assert "| Neuron Compiler (neuronx-cc) | unrecorded |" in published
 
@@ -313,7 +315,8 @@ def test_a_component_off_the_release_fails_the_record_naming_it():
 def test_an_unrecorded_version_fails_the_record_whatever_is_installed():
     record = stack_record(NEXT, versions(**RELEASED), dict(STACK.os_packages), COMMIT)
     failing = {row["component"] for row in record["components"] if not row["ok"]}
-    assert failing == {"torch", "torch-neuronx", "neuronx-cc", "nki", *NEXT.os_packages, "torchtitan"}
+    # torch 2.14.0 is 2.34.0's too; torch-neuronx and the fork moved; the rest is unrecorded.
+    assert failing == {"torch-neuronx", "neuronx-cc", "nki", *NEXT.os_packages, "torchtitan"}
     with pytest.raises(StackError, match="an unrecorded version is never taken as the release's"):
         check_record(record)
 
@@ -353,8 +356,9 @@ def test_the_releases_pip_components_and_fork_are_pinned_for_the_stages():
 def test_the_switch_to_2_34_0_lists_each_component_that_moved():
     changes = {row["component"]: (row["from"], row["to"]) for row in component_changes(STACK, NEXT)}
     assert changes["torch-neuronx"] == ("2.14.3.0.*", "2.14.3.1.*")
-    assert changes["torchtitan"] == ("0.2.2+neuron.1 @ release-2.33", "unrecorded @ main")
-    assert set(changes) == set(NEXT.components())  # every other one is unrecorded in 2.34.0
+    assert changes["torchtitan"] == ("0.2.2+neuron.1 @ release-2.33", "0.2.2+neuron.2 @ main")
+    # torch 2.14.0 in both; every other one is unrecorded in 2.34.0.
+    assert set(changes) == set(NEXT.components()) - {"torch"}
     assert component_changes(STACK, STACK) == []
 
 
@@ -363,8 +367,7 @@ def test_the_preflight_names_the_release_and_the_forks_ref_and_checks_the_plan(t
     assert plan["sdk_release"] == "2.33.0" and plan["published_list"].endswith("sdk-2.33.0-components.md")
     assert plan["fork"] == "https://github.com/aws-neuron/torchtitan-neuron.git @ release-2.33"
     assert not plan["unrecorded"]
-    assert install_plan(PROJECT, "2.34.0")["unrecorded"] == ["torch", "neuronx-cc", "nki", *NEXT.os_packages,
-                                                             "torchtitan"]
+    assert install_plan(PROJECT, "2.34.0")["unrecorded"] == ["neuronx-cc", "nki", *NEXT.os_packages]
     project = tmp_path / "project"
     (project / "envs" / "neuron-sdk").mkdir(parents=True)
     for name in ("neuron-sdk/2.33.0.toml", "neuron.txt"):
