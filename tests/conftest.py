@@ -72,9 +72,28 @@ def copy_workflow(source: Path, root: Path) -> None:
             shutil.copy2(source / name, root / name)
 
 
+@functools.cache
+def code_digests() -> Path:
+    """The package's code digests, parsed once per session (parse_time/code.py's cache, keyed by each file's
+    sha256, so it holds for any copy of the same files): each new workspace starts with it, and its first
+    Snakemake reads them instead of parsing the package again."""
+    import tempfile
+
+    from qwen3_pilot.parse_time.code import CodeCache, stage_code
+
+    cache = CodeCache(Path(tempfile.mkdtemp(prefix="code-digests-")) / "code_digests.json")
+    for script in sorted((PROJECT / "workflow" / "scripts").glob("*.py")):
+        for backend in ("cpu", "neuron"):
+            stage_code(script, backend, cache)
+    return cache.path
+
+
 def make_workspace(root: Path, overlay: dict | None = None) -> Path:
-    """Copies the workflow (not its results) into `root`; `overlay` is written as config/test.yaml."""
+    """Copies the workflow (not its results) into `root`, with the code digests' cache; `overlay` is written as
+    config/test.yaml."""
     copy_workflow(PROJECT, root)
+    (root / ".cache").mkdir(exist_ok=True)
+    shutil.copy(code_digests(), root / ".cache" / "code_digests.json")
     if overlay is not None:
         (root / "config" / "test.yaml").write_text(yaml.safe_dump(overlay))
     return root
