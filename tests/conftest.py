@@ -570,14 +570,13 @@ def copy_finished_stages(run: Path, copy: Path) -> Path:
 
 
 @contextmanager
-def edited_in_place(*edits: tuple[Path, Callable[[str], str]] | Path | Callable[[str], str]):
-    """Each `path` (a file of the shared run) rewritten by its `edit` for the block, then restored; no copy of the
-    run is taken meanwhile (SHARED_RUN_EDIT). edited_in_place(path, edit), or several (path, edit) pairs."""
-    pairs = [edits] if isinstance(edits[0], Path) else list(edits)
+def edited_in_place(*edits: tuple[Path, Callable[[str], str]]):
+    """Each (path, edit): the file of the shared run rewritten by its edit for the block, then restored; no copy of
+    the run is taken meanwhile (SHARED_RUN_EDIT)."""
     with SHARED_RUN_EDIT:
-        texts = {path: path.read_text() for path, _ in pairs}
+        texts = {path: path.read_text() for path, _ in edits}
         try:
-            for path, edit in pairs:
+            for path, edit in edits:
                 path.write_text(edit(texts[path]))
             yield
         finally:

@@ -51,7 +51,7 @@ def with_overlay(ws, change, *args):
     def overlaid(text):
         return yaml.safe_dump(deep_update(yaml.safe_load(text), change))
 
-    with edited_in_place(ws / "config" / "test.yaml", overlaid):
+    with edited_in_place((ws / "config" / "test.yaml", overlaid)):
         return run_snakemake(ws, *args)
 
 

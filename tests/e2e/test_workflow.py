@@ -212,7 +212,7 @@ def dry_run_with_bump(ws, old, new):
         assert old in text
         return text.replace(old, new)
 
-    with edited_in_place(ws / "envs" / "cpu.txt", bump):
+    with edited_in_place((ws / "envs" / "cpu.txt", bump)):
         return run_snakemake(ws, "-n")
 
 

@@ -134,8 +134,12 @@ class CodeCache:
             except ValueError:
                 self.entries = {}  # a damaged cache is rebuilt
         self.changed = False
+        # Each file read and hashed once per process: a parse asks for the shared modules once per rule.
+        self.by_path: dict[Path, ModuleCode] = {}
 
     def module(self, path: Path) -> ModuleCode:
+        if path in self.by_path:
+            return self.by_path[path]
         source = path.read_bytes()
         name = module_name(path)
         is_package = path.name == "__init__.py"
@@ -145,7 +149,8 @@ class CodeCache:
             self.entries[key] = [code.digest, list(code.names)]
             self.changed = True
         digest, names = self.entries[key]
-        return ModuleCode(digest, tuple(names))
+        self.by_path[path] = ModuleCode(digest, tuple(names))
+        return self.by_path[path]
 
     def save(self) -> None:
         if self.path is None or not self.changed:
