@@ -81,3 +81,6 @@ def test_a_stage_made_by_the_code_of_another_commit_says_so():
     older = {"digest": "a" * 64, "commit": "0" * 40, "dirty": True, "measured": {**same, "commit": "1" * 40}}
     assert other_commits({"code": older}, run) == ["measured at commit 111111111111",
                                                    "judged at commit 000000000000 with uncommitted changes"]
+    # The report's own commit, but uncommitted changes the report did not have.
+    assert other_commits({"code": {**same, "dirty": True}}, run) == [
+        "made at commit ffffffffffff with uncommitted changes"]
