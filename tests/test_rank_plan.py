@@ -83,14 +83,6 @@ def test_tiny_budget_fails_naming_the_budget(plan64, tmp_path, monkeypatch):
     assert written["fits"] is False and written["headroom_gib"] == pytest.approx(0.5 - plan["static_gib_per_rank"])
 
 
-def test_world_size_one_holds_everything(tmp_path):
-    # 4B unsharded is ~60 GiB of static state: give it a budget it fits in.
-    plan = run_plan_subprocess("4B", 1, 128, tmp_path / "plan.json")
-    assert plan["params_per_rank"] == {"0": QWEN3_4B_PARAMS}
-    assert plan["static_bytes_per_rank"] == 16 * QWEN3_4B_PARAMS
-    assert plan["fits"] is True
-
-
 def test_uneven_shards_measured_on_last_rank(tmp_path):
     # 4B's dims all divide by 64, so the real plan is even; at 48 ranks dim-0 chunks are not.
     # Playing the last rank makes the CLI check its real local shards against the metadata.

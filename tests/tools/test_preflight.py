@@ -254,7 +254,7 @@ def installed_torchtitan_link(folder):
 
 
 def test_a_fork_clone_is_checked_for_its_base_on_upstream_and_its_own_torchtitans_api(tmp_path, capsys):
-    from qwen3_pilot.tools.preflight import fork_check, print_summary
+    from qwen3_pilot.tools.preflight import fork_base, fork_check, print_summary
 
     upstream, fork, base = rehearsal_fork(tmp_path, installed_torchtitan_link)
     (tmp_path / "work").mkdir()
@@ -269,8 +269,9 @@ def test_a_fork_clone_is_checked_for_its_base_on_upstream_and_its_own_torchtitan
         "fork": {"status": "pass", "figures": figures}}})
     assert (f"  fork: {fork} @ release-2.33 = {figures['commit'][:12]}; base {base[:12]} of 2026-08-15 on "
             f"{upstream} (1 fork commits since, 1 upstream)") in capsys.readouterr().out
-    # Without upstream's history the base is unknown, said with why; the API check still decides.
-    unknown = fork_check(str(fork), "release-2.33", str(tmp_path / "no-such-upstream"), tmp_path / "work")
+    # Without upstream's history the base is unknown, said with why (fork_check then goes on to the API check, as
+    # above: its subprocess is not started a second time here).
+    unknown = fork_base(tmp_path / "work" / "fork", str(tmp_path / "no-such-upstream"))
     assert unknown["merge_base"] is None and unknown["why"].startswith(f"upstream {tmp_path / 'no-such-upstream'} "
                                                                        "not fetched: git fetch")
 
