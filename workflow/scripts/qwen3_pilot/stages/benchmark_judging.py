@@ -12,8 +12,8 @@ from ..benchmark_runs import BenchmarkError
 
 def judge_benchmark(stage: str, figures: dict[str, Any], judging: dict[str, Any], backend: str) -> dict[str, Any]:
     """The benchmark's measured runs judged (rule judge): each steady phase flagged noisy above
-    benchmark.noisy_cv, and with benchmark.cost the eager runs priced at benchmark.price_per_hour. Fills
-    `figures`; returns proves, does_not_prove and the notes of the noisy runs."""
+    benchmark.noisy_cv, the eager runs priced at benchmark.price.per_hour where one is set and the full run of
+    benchmark.budget projected. Fills `figures`; returns proves, does_not_prove and the notes of the noisy runs."""
     noisy_cv = judging["noisy_cv"]
     for row in figures["table"]:
         row["noisy"] = row["cv"] > noisy_cv
@@ -50,10 +50,8 @@ def judge_benchmark(stage: str, figures: dict[str, Any], judging: dict[str, Any]
     }
 
 
-
 NO_PRICE = ("not priced: set benchmark.price.per_hour with its kind, region, as_of and source (no price is "
             "built in)")
-
 
 
 def projected(figures: dict[str, Any], eager: list[dict[str, Any]], price: dict[str, Any], budget: dict[str, Any],
@@ -88,7 +86,6 @@ def cost(price_per_hour: float, tokens_per_s_per_instance: float, warmup_s: floa
         "tokens_per_unit_price": tokens_per_s_per_instance * 3600 / price_per_hour,
         "warmup": price_per_hour * warmup_s / 3600,
     }
-
 
 
 def projection(tokens: float, instances: int, efficiency: float, tokens_per_s_per_instance: float, warmup_s: float,

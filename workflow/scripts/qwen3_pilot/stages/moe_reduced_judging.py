@@ -10,8 +10,7 @@ from .train_judging import replaced_against_plain, replacement_proves
 
 
 def judge_moe_reduced(stage: str, figures: dict[str, Any], judging: dict[str, Any], backend: str) -> dict[str, str]:
-    """The reduced MoE: its kernel replacements against the plain run (its router load and parameter counts were
-    checked as they were measured: they have no configured threshold)."""
+    """The reduced MoE judged (see the module's docstring); fills `figures`, returns proves and does_not_prove."""
     steps, model, published = figures["steps"], figures["model"], figures["published_model"]
     replacements = figures["kernel_replacements"] = replaced_against_plain(
         stage, steps, figures["kernel_replacements"], judging.get("loss_tolerance"))

@@ -44,7 +44,6 @@ def loaded_weights_gate(
     return figures, problems
 
 
-
 def loss_agreement(
     replaced: list[dict[str, Any]], plain: list[dict[str, Any]], tolerance: float
 ) -> tuple[dict[str, Any], list[str]]:
@@ -70,7 +69,6 @@ def loss_agreement(
     return figures, problems
 
 
-
 def replaced_against_plain(stage: str, steps: list[dict[str, Any]], measured: dict[str, Any] | str,
                            tolerance: float | None) -> dict[str, Any] | str:
     """The judge's half: the measured replacements (replaced_and_plain, or the sentence saying none were
@@ -83,7 +81,6 @@ def replaced_against_plain(stage: str, steps: list[dict[str, Any]], measured: di
     if problems:
         raise TrainingError(f"{stage}: replaced against plain:\n  - " + "\n  - ".join(problems))
     return {**replacements, "against_plain": agreement}
-
 
 
 def replacement_proves(replacements: dict[str, Any] | str) -> str:
@@ -128,6 +125,5 @@ def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any], b
             + (" These were tiny models on CPU ranks, not Qwen3-4B on a trn2." if cpu else "")
         ),
     }
-
 
 
