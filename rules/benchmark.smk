@@ -5,6 +5,7 @@
 
 rule benchmark:
     input:
+        unpack(get_fetched_weights),
         **get_benchmark_inputs(),
     output:
         runs=directory("results/benchmark/runs"),

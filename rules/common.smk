@@ -29,7 +29,7 @@ from qwen3_pilot.neuron_stack import (
 from qwen3_pilot.parse_time.code import CodeCache, stage_code
 from qwen3_pilot.paths import HERE
 from qwen3_pilot.pins import installed_version, read_pins
-from qwen3_pilot.stages import STAGES, UPSTREAM, skipped_stages
+from qwen3_pilot.stages import STAGES, UPSTREAM, downstream_of, skipped_stages
 from qwen3_pilot.unlock import stale_lock_note
 
 check_renamed_keys(config)
@@ -210,12 +210,36 @@ def get_backend_config():
     return backend
 
 
-# Training stages: what every torchrun stage reads, and the pins each recipe depends on.
+def get_fetched_weights(wildcards=None):
+    """The fetched checkpoint, named by its content: fetch_weights is a checkpoint, so these are read only
+    once it has run, and Snakemake plans its consumers again then. Its manifest (every file's sha256, nothing
+    about the fetch) is a small input whose checksum Snakemake compares with the one it recorded, and the
+    folder is ancient(): its dates say nothing the manifest does not, and a consumer checks each file against
+    the manifest before it reads one (chain of custody). So a refetch that changes no byte (a hub client bump)
+    reruns no consumer."""
+    checkpoints.fetch_weights.get()
+    return {
+        "checkpoint": ancient("results/fetch_weights/checkpoint"),
+        "weights": "results/fetch_weights/manifest.json",
+    }
+
+
+def get_replanned_with_the_weights(wildcards):
+    """Nothing to read, for a job further down from fetch_weights than its consumers (a judge of one of
+    them, compare_recipes): while fetch_weights is due, it makes the job wait for it, so that Snakemake plans it
+    again once fetch_weights has run, as it does the consumers. Otherwise the job would keep the reason it was
+    first planned on (a consumer that was due to run) and run although that consumer, planned again, did not.
+    """
+    if wildcards.get("stage", "compare_recipes") in downstream_of("fetch_weights"):
+        checkpoints.fetch_weights.get()
+    return {}
+
+
+# Training stages: what every torchrun stage reads besides the fetched weights (get_fetched_weights), and the
+# pins each recipe depends on.
 def train_inputs(*packages):
     return {
         "stamps": pin_stamps(*packages, *DEVICE_PACKAGES),
-        "checkpoint": "results/fetch_weights/checkpoint",
-        "weights": "results/fetch_weights/summary.json",
         "corpus": "results/fetch_corpus/c4_test",
         # The producers' summaries: the stage checks the files it consumes against what they recorded.
         "corpus_summary": "results/fetch_corpus/summary.json",

@@ -56,8 +56,10 @@ rule fixture_checkpoint:
         "../workflow/scripts/fixture_checkpoint.py"
 
 
-# The checkpoint both recipes start from, through huggingface_hub, checked file by file.
-rule fetch_weights:
+# The checkpoint both recipes start from, through huggingface_hub, checked file by file. A Snakemake
+# checkpoint: its consumers are planned again once it has run, on its manifest's bytes (get_fetched_weights),
+# so a refetch that changes no byte stops here.
+checkpoint fetch_weights:
     input:
         pin_stamps("huggingface-hub", "safetensors"),
         get_weights_source(),

@@ -11,6 +11,7 @@
 # stays empty when the recipe has none.
 rule train:
     input:
+        unpack(get_fetched_weights),
         unpack(get_train_inputs),
     output:
         run=directory("results/{stage}/run"),
@@ -53,6 +54,7 @@ localrules:
 
 rule judge:
     input:
+        unpack(get_replanned_with_the_weights),
         measured="results/{stage}/measured.json",
     output:
         summary="results/{stage}/summary.json",
@@ -77,6 +79,7 @@ localrules:
 
 rule compare_recipes:
     input:
+        unpack(get_replanned_with_the_weights),
         train_hf="results/train_hf/summary.json",
         train_native="results/train_native/summary.json",
     output:
@@ -99,11 +102,10 @@ rule compare_recipes:
 # (of an instance: the 4B checkpoints need its memory).
 rule export_reload:
     input:
+        unpack(get_fetched_weights),
         stamps=pin_stamps(
             "torch", "torchtitan", "safetensors", "tokenizers", "transformers"
         ),
-        checkpoint="results/fetch_weights/checkpoint",
-        weights="results/fetch_weights/summary.json",
         hf="results/train_hf/run",
         native="results/train_native/run",
         # The judged runs: only a run that passed its checks is exported; each summary names its export folder.
@@ -136,6 +138,7 @@ rule export_reload:
 # RoPE and experts replaced by the backend's kernels (the seed's third configuration), then without them.
 rule moe_reduced:
     input:
+        unpack(get_fetched_weights),
         **train_inputs(*MOE_PACKAGES),
     output:
         run=directory("results/moe_reduced/run"),

@@ -167,13 +167,18 @@ def backend_config(backend: str = "cpu", ranks: int = 2, **keys) -> dict:
     return {**{key: config[key] for key in BACKEND_CONFIG_KEYS}, "backend": backend, "ranks": ranks, **keys}
 
 
+# How Snakemake heads a job's block: "rule train:" in a dry run, "localrule train:" when it runs it in its own
+# process, "checkpoint"/"localcheckpoint" for a checkpoint's job (fetch_weights).
+JOB_BLOCK = re.compile(r"^(?:local)?(?:rule|checkpoint) (\w+):$")
+
+
 def planned_job_blocks(result: subprocess.CompletedProcess) -> list[tuple[str, dict[str, str]]]:
-    """A dry run's jobs from its job blocks ("rule train:" ... "wildcards: stage=train_hf") as (rule, wildcards),
-    the default target's rule `all` left out."""
+    """The jobs a dry run plans, or a run starts, from their blocks ("rule train:" ... "wildcards:
+    stage=train_hf") as (rule, wildcards), the default target's rule `all` left out."""
     jobs, rule, wildcards = [], None, {}
     for line in (result.stdout + result.stderr).splitlines() + [""]:
-        if line.startswith("rule ") and line.endswith(":"):
-            rule, wildcards = line[5:-1], {}
+        if block := JOB_BLOCK.match(line):
+            rule, wildcards = block.group(1), {}
         elif rule and line.strip().startswith("wildcards:"):
             wildcards = dict(pair.split("=", 1) for pair in line.split(":", 1)[1].strip().split(", "))
         elif rule and not line.startswith(" "):

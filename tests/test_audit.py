@@ -194,15 +194,17 @@ def test_a_signoff_given_by_one_path_is_checked_by_another(workspace, monkeypatc
 # ---- chain of custody: a stage checks what it consumes against what its producer recorded ----
 
 
-def test_a_consumed_file_that_changed_after_its_producer_recorded_it_is_named(workspace, monkeypatch):
+# A stage's summary, or fetch_weights' content record (what the training stages consume in its stead).
+@pytest.mark.parametrize("record", ["summary.json", "manifest.json"])
+def test_a_consumed_file_that_changed_after_its_producer_recorded_it_is_named(workspace, monkeypatch, record):
     from qwen3_pilot.artifacts import CustodyError, check_custody, custody_problems, write_recorded_json
 
     monkeypatch.chdir(workspace)
-    summary = workspace / "results" / "stage" / "summary.json"
+    summary = workspace / "results" / "stage" / record
     artifact = workspace / "results" / "stage" / "weights.bin"
     write_recorded_json(summary, {"stage": "fetch_weights", "artifacts": [
         {"path": "results/stage/weights.bin", "bytes": 4, "sha256": sha256_file(artifact)}]})
-    consumed = ["results/stage", "results/stage/summary.json"]  # a folder output and its producer's summary
+    consumed = ["results/stage", f"results/stage/{record}"]  # a folder output and its producer's record
     assert custody_problems(consumed) == []
     recorded = sha256_file(artifact)
     artifact.write_bytes(b"\x00\x01\x02\x05")

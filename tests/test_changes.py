@@ -64,6 +64,21 @@ def test_the_plan_tells_which_stages_ran_with_snakemakes_reasons(tmp_path):
     assert "benchmark" not in runs["stages"]  # a stage that did not run is neither ran nor reused
 
 
+def test_a_planned_stage_whose_record_predates_the_invocation_was_reused_by_content(tmp_path):
+    """A hub bump plans fetch_weights' consumers; once it has run, Snakemake drops those whose inputs came out
+    byte-identical, and their records stay from before this invocation."""
+    jobs = [("fetch_weights", {}, "Input files updated by another job: results/pin_env/packages/huggingface-hub.json"),
+            ("train", {"stage": "train_hf"}, "Input files updated by another job: results/fetch_weights/checkpoint"),
+            ("report", {}, "Input files updated by another job: results/fetch_weights/summary.json")]
+    plan = record_plan(jobs, "2026-12-03T10:00:00.000+00:00", tmp_path / "invocation.json")
+    before, during = "2026-12-03T09:59:59.999+00:00", "2026-12-03T10:00:00.000+00:00"
+    runs = stage_runs(plan, [dict(stage("fetch_weights"), started=during), dict(stage("train_hf"), started=before)])
+    assert runs["ran"] == ["fetch_weights"] and runs["reused"] == ["train_hf"]
+    assert runs["stages"]["train_hf"]["reasons"] == [
+        "reused: inputs unchanged by content (planned at the start on: train[train_hf]: Input files updated by "
+        "another job: results/fetch_weights/checkpoint)"]
+
+
 def test_a_plan_that_does_not_plan_the_report_is_not_this_reports(tmp_path):
     record_plan(PLAN_JOBS[:-1], "2026-12-03T10:00:00.000+00:00", tmp_path / "invocation.json")
     assert read_plan(tmp_path / "invocation.json") is None

@@ -93,10 +93,11 @@ STAGE_MODULES = PACKAGE / "stages"
 
 
 def rule_scripts() -> dict[str, str]:
-    """Each rule in rules/*.smk with the thin script it runs (its `script:` directive), by base name."""
+    """Each rule in rules/*.smk (a checkpoint too: fetch_weights) with the thin script it runs (its `script:`
+    directive), by base name."""
     rules = {}
     for smk in (PROJECT / "rules").glob("*.smk"):
-        for rule, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)+)", smk.read_text(), re.M):
+        for rule, body in re.findall(r"^(?:rule|checkpoint) (\w+):\n((?:[ \t]+.*\n|\n)+)", smk.read_text(), re.M):
             script = re.search(r"script:\s*\n\s*\"[^\"]*/(\w+)\.py\"", body)
             if script:
                 rules[rule] = script.group(1)

@@ -144,17 +144,23 @@ def recorded_digest(path: Path) -> str | None:
     return recorded.read_text().split()[0] if recorded.is_file() else None
 
 
+# The records that vouch for other files (an `artifacts` list of path and sha256, and the `stage` that wrote
+# them): a stage's summary, and a content record, which names files by content and nothing about the run that
+# made them (fetch_weights' manifest.json: its consumers rerun only when its bytes change).
+PRODUCER_RECORDS = ("summary.json", "manifest.json")
+
+
 def custody_problems(consumed: Iterable[str | Path]) -> list[str]:
     """Chain of custody: each consumed file that a producing stage recorded must still have the sha256 it
-    recorded. Producers are the stage summaries among `consumed` (a job's inputs); a summary's artifacts are
-    checked where they are consumed files or lie in consumed folders. Every other consumed file under
-    results/ (the summaries themselves, the pin stamps) is held to the sha256 recorded beside it, which must
-    exist. Paths are the workflow folder's."""
+    recorded. Producers are the records among `consumed` (a job's inputs; PRODUCER_RECORDS); a record's
+    artifacts are checked where they are consumed files or lie in consumed folders. Every other consumed file
+    under results/ (the records themselves, the pin stamps) is held to the sha256 recorded beside it, which
+    must exist. Paths are the workflow folder's."""
     # Resolved, so that a producer that recorded absolute paths is held to its record as well.
     named = {Path(p).resolve(): str(p) for p in consumed}
     consumed = list(named)
-    summaries = [p for p in consumed if p.name == "summary.json"]
-    files = [p for p in consumed if p.name != "summary.json"]
+    summaries = [p for p in consumed if p.name in PRODUCER_RECORDS]
+    files = [p for p in consumed if p not in summaries]
     problems, covered = [], set()
     for summary_path in summaries:
         summary = json.loads(summary_path.read_text())

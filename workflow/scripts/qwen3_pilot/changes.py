@@ -74,6 +74,9 @@ RECORD_KEYS = (
 )
 
 
+REUSED_BY_CONTENT = "reused: inputs unchanged by content"
+
+
 def stage_runs(plan: dict[str, Any] | None, stages: list[dict[str, Any]]) -> dict[str, Any]:
     """Per stage: ran in this invocation (with Snakemake's reasons) or reused from an earlier one."""
     if plan is None:
@@ -88,7 +91,12 @@ def stage_runs(plan: dict[str, Any] | None, stages: list[dict[str, Any]]) -> dic
     runs = {}
     for stage in stages:
         name = stage["stage"]
-        if name in reasons:
+        if name in reasons and stage.get("started", plan["started"]) < plan["started"]:
+            # Planned, yet its record predates this invocation: Snakemake planned it again once the checkpoint
+            # it reads (fetch_weights) had run, and found its inputs byte-identical to its last run's.
+            runs[name] = {"ran": False, "reasons": [
+                f"{REUSED_BY_CONTENT} (planned at the start on: {'; '.join(reasons[name])})"]}
+        elif name in reasons:
             runs[name] = {"ran": True, "reasons": reasons[name]}
         elif stage["status"] != "not_run":
             runs[name] = {"ran": False, "reasons": ["reused: Snakemake found its outputs up to date"]}

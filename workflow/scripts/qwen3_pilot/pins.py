@@ -2,7 +2,8 @@
 what is installed.
 
 Each tracked package gets its own stamp (rule `pin_package`), so a bump of one pin re-runs only the
-stages that take that package's stamp as input: Snakemake has no early cutoff. The lock pins every package
+stages that take that package's stamp as input (and fetch_weights' consumers only when the bytes it fetches
+change: docs/reruns.md). The lock pins every package
 of the environment, the pins' dependencies too; pin_env compares every installed distribution with it.
 """
 

@@ -45,6 +45,14 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
 }
 
 
+def downstream_of(stage: str) -> set[str]:
+    """The stages that consume `stage`'s outputs, directly or through others (UPSTREAM)."""
+    found: set[str] = set()
+    while grown := {name for name, upstream in UPSTREAM.items() if {stage, *found} & set(upstream)} - found:
+        found |= grown
+    return found
+
+
 # Rules whose jobs are a stage without being named after it: pin_package's and pin_os_package's stamps are pin_env's,
 # archive_copy's copy is the archive's, and rules `train` and `judge` are the stage their {stage} names.
 JOB_STAGES = {"pin_package": "pin_env", "pin_os_package": "pin_env", "archive_copy": "archive"}

@@ -18,7 +18,7 @@ def run(
     manifest_path: Path,
     summary_path: Path,
 ) -> dict[str, Any]:
-    from ..artifacts import write_json
+    from ..artifacts import write_recorded_json
     from ..summary import StageSummary
 
     manifest = fetch_weights(
@@ -30,8 +30,14 @@ def run(
         out_dir=out_dir,
     )
     fixture = weights["source"] == "fixture"
-    manifest["fixture"] = fixture
-    write_json(manifest_path, manifest)
+    checkpoint_files = [
+        {"path": f"{out_dir}/{f['path']}", "bytes": f["bytes"], "sha256": f["sha256"]} for f in manifest["files"]
+    ]
+    # The content record the consumers read (artifacts.PRODUCER_RECORDS): the same bytes whenever the same
+    # files are fetched, so a refetch that changes none reruns no consumer (rules/common.smk,
+    # get_fetched_weights). Nothing about this run goes in it.
+    write_recorded_json(manifest_path, {"stage": "fetch_weights", **manifest, "fixture": fixture,
+                                        "artifacts": checkpoint_files})
     notes = []
     if fixture:
         notes.append(
@@ -65,8 +71,6 @@ def run(
         + ("; and these are fixture weights, not the published Qwen3." if fixture else "."),
         notes=notes,
     )
-    summary.artifacts = [
-        {"path": f"{out_dir}/{f['path']}", "bytes": f["bytes"], "sha256": f["sha256"]} for f in manifest["files"]
-    ]
+    summary.artifacts = list(checkpoint_files)
     summary.add_artifacts([manifest_path])
     return summary.write(summary_path)
