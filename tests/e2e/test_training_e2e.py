@@ -56,17 +56,18 @@ def edit_safetensors(path, change):
 
 
 def as_fetched(ws, path):
-    """Record an edited checkpoint file in fetch_weights' summary, as if the fetch had brought it: these tests
-    feed the trainer a bad checkpoint, not one changed behind the fetch's back (the custody check's case)."""
+    """Record an edited checkpoint file in fetch_weights' summary and manifest (what the training stages read), as
+    if the fetch had brought it: these tests feed the trainer a bad checkpoint, not one changed behind the fetch's
+    back (the custody check's case)."""
     from qwen3_pilot.artifacts import sha256_file, write_recorded_json
 
-    summary_path = ws / "results" / "fetch_weights" / "summary.json"
-    summary = json.loads(summary_path.read_text())
     relative = path.relative_to(ws).as_posix()
-    for artifact in summary["artifacts"]:
-        if artifact["path"] == relative:
-            artifact["sha256"], artifact["bytes"] = sha256_file(path), path.stat().st_size
-    write_recorded_json(summary_path, summary)
+    for record_path in (ws / "results" / "fetch_weights" / name for name in ("summary.json", "manifest.json")):
+        record = json.loads(record_path.read_text())
+        for artifact in record["artifacts"]:
+            if artifact["path"] == relative:
+                artifact["sha256"], artifact["bytes"] = sha256_file(path), path.stat().st_size
+        write_recorded_json(record_path, record)
 
 
 def first_key(path, suffix):
