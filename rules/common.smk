@@ -210,7 +210,7 @@ def get_backend_config():
     return backend
 
 
-def get_fetched_weights(wildcards=None):
+def get_fetched_weights(wildcards):
     """The fetched checkpoint, named by its content: fetch_weights is a checkpoint, so these are read only
     once it has run, and Snakemake plans its consumers again then. Its manifest (every file's sha256, nothing
     about the fetch) is a small input whose checksum Snakemake compares with the one it recorded, and the

@@ -32,15 +32,20 @@ pytestmark = pytest.mark.e2e
 TABLE = PROJECT / "docs" / "reruns.md"
 
 
+def section_table(heading: str | None = None) -> dict[str, set[str]]:
+    """The two-column table under `heading` in docs/reruns.md (None: the page's first section, before any `## `):
+    {its first cell: the jobs its second names in backticks}, the header row and the rule below it left out."""
+    text = TABLE.read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1] if heading else text
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in section.split("\n## ", 1)[0].splitlines() if line.startswith("|")]
+    return {cells[0]: set(re.findall(r"`([^`]+)`", cells[1])) for cells in rows[2:] if len(cells) == 2}
+
+
 def table_rows() -> list[tuple[str, set[str]]]:
-    """The table's rows: (the edit as `dotted.key: yaml value`, the jobs planned as rule[wildcard])."""
-    rows = []
-    # The config edits' table, before the page's next section (the Neuron SDK release switch has its own test).
-    for line in TABLE.read_text().split("\n## ", 1)[0].splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) == 2 and cells[0].startswith("`") and cells[0] != "edit":
-            rows.append((cells[0].strip("`"), set(re.findall(r"`([^`]+)`", cells[1]))))
-    return rows
+    """The config edits' table (the Neuron SDK release switch, further down, has its own test): (the edit as
+    `dotted.key: yaml value`, the jobs planned as rule[wildcard])."""
+    return [(edit.strip("`"), jobs) for edit, jobs in section_table().items()]
 
 
 def as_overlay(edit: str) -> dict:
@@ -84,13 +89,7 @@ CODE_EDITS = {
 
 def code_table_rows() -> dict[str, set[str]]:
     """The code edits' table: {the edit as the row says it: the jobs planned}."""
-    section = TABLE.read_text().split("\n## What reruns after a code edit", 1)[1].split("\n## ", 1)[0]
-    rows = {}
-    for line in section.splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) == 2 and cells[0] not in ("code edit", "---"):
-            rows[cells[0]] = set(re.findall(r"`([^`]+)`", cells[1]))
-    return rows
+    return section_table("What reruns after a code edit")
 
 
 @pytest.mark.parametrize("edit", list(CODE_EDITS))
@@ -109,13 +108,8 @@ def test_each_code_edit_plans_the_jobs_docs_reruns_md_lists(completed_run, edit)
 
 def bump_table_rows() -> dict[str, set[str]]:
     """The table of pin bumps that change no fetched byte: {package: the jobs that run}."""
-    section = TABLE.read_text().split("\n## What reruns after a bump that fetches the same bytes", 1)[1]
-    rows = {}
-    for line in section.split("\n## ", 1)[0].splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) == 2 and cells[0].startswith("`"):
-            rows[cells[0].strip("`")] = set(re.findall(r"`([^`]+)`", cells[1]))
-    return rows
+    return {package.strip("`"): jobs
+            for package, jobs in section_table("What reruns after a bump that fetches the same bytes").items()}
 
 
 def respell_pin(ws: Path, package: str) -> None:
