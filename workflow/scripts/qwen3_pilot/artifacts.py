@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .problems import problem_list
+
 
 def now_iso() -> str:
     """Now in UTC to the millisecond: the time format of every record the pilot writes."""
@@ -190,6 +192,5 @@ def check_custody(consumed: Iterable[str | Path]) -> None:
     problems = custody_problems(consumed)
     if problems:
         raise CustodyError(
-            "an input changed after the stage that produced it recorded it (chain of custody):\n  - "
-            + "\n  - ".join(problems)
+            problem_list("an input changed after the stage that produced it recorded it (chain of custody)", problems)
         )

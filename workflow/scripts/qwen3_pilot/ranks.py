@@ -10,6 +10,7 @@ from typing import Any
 
 from .backends import Backend
 from .launch import Launch, failure_cause, run_torchrun
+from .problems import problem_list
 from .stage_progress import record_measured
 
 
@@ -137,7 +138,7 @@ def verify_ranks(
         problems.insert(0, f"{failure_cause(launched)} (see {log_path})")
     if problems:
         raise RankCheckError(
-            f"verify_ranks on the {backend.name} backend failed:\n  - " + "\n  - ".join(problems)
+            problem_list(f"verify_ranks on the {backend.name} backend failed", problems)
         )
     return {
         "expected_ranks": backend.expected_ranks,
@@ -165,6 +166,6 @@ def check_topology(backend: Backend) -> dict[str, Any] | None:
     figures, problems = backend.topology()
     if problems:
         raise RankCheckError(
-            f"the {backend.name} devices do not match the config:\n  - " + "\n  - ".join(problems)
+            problem_list(f"the {backend.name} devices do not match the config", problems)
         )
     return figures

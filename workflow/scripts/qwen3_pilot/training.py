@@ -22,6 +22,7 @@ from .artifacts import write_json
 from .backends import Backend
 from .launch import Launch, failure_cause, how_it_ended, run_torchrun, stop_orphans
 from .paths import RunFolder
+from .problems import problem_list
 from .trainer_run import LAUNCH_RECORD, METRICS_FILE, RECIPE_ENV, TrainerRun, TrainingError, export_dir
 
 CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
@@ -171,8 +172,8 @@ def launch_failure(what: str, launch_result: Launch, parity_path: Path) -> Train
     (they are the cause, whatever the ranks raised after), else the first rank error."""
     problems = json.loads(parity_path.read_text())["problems"] if parity_path.exists() else []
     if problems:
-        cause = (f"{how_it_ended(launch_result)}: the model differs from the checkpoint's config.json:\n  - "
-                 + "\n  - ".join(problems))
+        cause = problem_list(f"{how_it_ended(launch_result)}: the model differs from the checkpoint's config.json",
+                             problems)
     else:
         cause = failure_cause(launch_result)
     return TrainingError(f"{what}: {cause} (full output: {launch_result.log_path})")
@@ -257,8 +258,7 @@ def replacement_check(stage: str, run: Launch, rules: list[dict[str, str]], n_la
     lines = parse_replacement_lines(run.output())
     problems = replacement_log_problems(lines, rules, n_layers)
     if problems:
-        raise TrainingError(f"{stage}: kernel replacements in the launch log ({run.log_path}):\n  - "
-                            + "\n  - ".join(problems))
+        raise TrainingError(problem_list(f"{stage}: kernel replacements in the launch log ({run.log_path})", problems))
     per_kernel: dict[str, dict[str, Any]] = {}
     for line in lines:
         entry = per_kernel.setdefault(line["kernel"], {"replaced": 0, "implementation": line["impl"], "modules": []})

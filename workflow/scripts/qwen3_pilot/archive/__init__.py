@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from ..artifacts import MISSING, current_sha256, now_iso, sha256_file, write_json
 from ..audit import OUTSIDE, artifact_changes, outside_project
+from ..problems import problem_list
 from .errors import KEY, ArchiveError
 
 log = logging.getLogger("qwen3_pilot")
@@ -310,9 +311,9 @@ def select_files(root: Path, report: dict[str, Any]) -> list[str]:
                 elif path.is_file():
                     chosen.add(relative)
     if escapes:
-        raise ArchiveError(f"nothing copied: {len(escapes)} path(s) of the archive resolve outside the project "
-                           "(through a symbolic link, `..` or an absolute path); the archive copies the project's "
-                           "own files only:\n  - " + "\n  - ".join(escapes))
+        raise ArchiveError(problem_list(
+            f"nothing copied: {len(escapes)} path(s) of the archive resolve outside the project (through a symbolic "
+            "link, `..` or an absolute path); the archive copies the project's own files only", escapes))
     return sorted(chosen)
 
 
@@ -321,11 +322,12 @@ def custody_check(report: dict[str, Any], root: Path) -> None:
     (audit.artifact_changes, the check `make verify` makes); an archive of changed files would certify them."""
     changes = artifact_changes(report, root)
     if changes:
-        raise ArchiveError(
-            "nothing copied: files changed since their stage recorded them in report.json (chain of custody):\n  - "
-            + "\n  - ".join(_escape(f"{c['path']} ({c['stage']})", c["target"], root) if c["now"] == OUTSIDE
-                            else f"{c['path']} ({c['stage']}): report.json recorded sha256 {c['recorded']}, the file "
-                            f"now has {c['now']}" for c in changes))
+        raise ArchiveError(problem_list(
+            "nothing copied: files changed since their stage recorded them in report.json (chain of custody)",
+            (_escape(f"{c['path']} ({c['stage']})", c["target"], root) if c["now"] == OUTSIDE
+             else f"{c['path']} ({c['stage']}): report.json recorded sha256 {c['recorded']}, the file now has "
+             f"{c['now']}"
+             for c in changes)))
 
 
 # --- the two steps --------------------------------------------------------------------------------------
@@ -436,8 +438,8 @@ def read_back(record: dict[str, Any], manifest_path: Path, scratch: Path, workfl
     write_json(manifest_path, manifest)
     destination.put(manifest_path, MANIFEST)
     if problems:
-        raise ArchiveError(f"{len(problems)} of {len(record['files'])} files at {destination.url} are not the "
-                           f"ones copied (its {MANIFEST} says so):\n  - " + "\n  - ".join(problems))
+        raise ArchiveError(problem_list(f"{len(problems)} of {len(record['files'])} files at {destination.url} are "
+                                        f"not the ones copied (its {MANIFEST} says so)", problems))
     local, remote = sha256_file(manifest_path), destination.read_back(MANIFEST)[0]
     if remote != local:
         raise ArchiveError(f"{MANIFEST}: sha256 written {local}, read back from {destination.url} {remote}")

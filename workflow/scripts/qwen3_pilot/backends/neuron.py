@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..parse_time.config import expected_neuron_ranks, hbm_per_rank_gib
+from ..problems import problem_list
 from . import Backend, cache_env, multi_node_launch, thread_caps
 
 log = logging.getLogger(__name__)
@@ -531,7 +532,7 @@ def install_kernels(lnc: int) -> dict[str, str]:
         except ImportError as error:
             missing.append(f"{module} ({package}, from AWS's Neuron repository, envs/neuron.txt): {error}")
     if missing:
-        raise ImportError("the neuron kernels cannot be installed; missing:\n  - " + "\n  - ".join(missing))
+        raise ImportError(problem_list("the neuron kernels cannot be installed; missing", missing))
     from ..titan.kernels.rope import register_neuron_kernel
 
     register_neuron_kernel(lnc)

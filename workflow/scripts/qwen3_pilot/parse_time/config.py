@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..problems import problem_list
+
 NKI_ROPE_TILE = 128  # the NKI RoPE kernel tiles the sequence in blocks of 128 x LNC
 
 
@@ -51,7 +53,7 @@ def check_renamed_keys(config: dict[str, Any]) -> None:
     """Before `validate()`: old key names refused with their new ones."""
     problems = renamed_key_problems(config)
     if problems:
-        raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
+        raise ConfigError(problem_list("Invalid configuration", problems))
 
 
 def config_problems(config: dict[str, Any]) -> list[str]:
@@ -170,7 +172,7 @@ def resolve_config(config: dict[str, Any]) -> dict[str, Any]:
 def check_config(config: dict[str, Any]) -> None:
     problems = config_problems(config)
     if problems:
-        raise ConfigError("Invalid configuration:\n  - " + "\n  - ".join(problems))
+        raise ConfigError(problem_list("Invalid configuration", problems))
 
 
 def is_pinned_revision(revision: str) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hf_export import ExportError, check_export, key_set_problems, read_tensors
+from ..problems import problem_list
 
 RECIPES = ("hf", "native")
 
@@ -38,7 +39,7 @@ def run(
     problems += agreement_problems
     record_measured(**figures, problems=problems)
     if problems:
-        raise ExportError("export_reload failed:\n  - " + "\n  - ".join(problems))
+        raise ExportError(problem_list("export_reload failed", problems))
     measurement = StageMeasurement(stage="export_reload", backend=backend, figures=figures)
     measurement.add_artifacts(artifacts)
     return measurement.write(measured_path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..hf_export import ExportError
+from ..problems import problem_list
 from .export_reload import RECIPES
 
 
@@ -30,7 +31,7 @@ def judge_export_reload(stage: str, figures: dict[str, Any], judging: dict[str, 
     problems = [problem for recipe in RECIPES
                 for problem in logits_problems(recipe, figures[recipe]["logits_vs_torchtitan"], judging)]
     if problems:
-        raise ExportError("export_reload failed:\n  - " + "\n  - ".join(problems))
+        raise ExportError(problem_list("export_reload failed", problems))
     return {
         "proves": (
             "Each recipe's last-step export, completed with the checkpoint's config and tokenizer files, loads "

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..problems import problem_list
 from ..reduced_moe import STAGE, model_spec, reduced_moe_changes, router_load
 from ..stage_progress import record_measured
 from ..titan.parity import read_checkpoint_values
@@ -59,7 +60,7 @@ def run(
                                  moe["top_k"])
     record_measured(steps=steps, router_load=load)
     if problems:
-        raise TrainingError(f"{STAGE}: router load:\n  - " + "\n  - ".join(problems))
+        raise TrainingError(problem_list(f"{STAGE}: router load", problems))
     # The plain run records its router load elsewhere: it must not add to this run's.
     replacements = replaced_and_plain(
         STAGE, backend, trainer.replace(router_load_path=str((plain_dir / ROUTER_LOAD_FILE).resolve())),

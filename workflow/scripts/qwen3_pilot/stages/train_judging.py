@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..problems import problem_list
 from ..stage_progress import record_measured
 from ..titan.parity import with_reasons
 from ..trainer_run import TrainingError
@@ -79,7 +80,7 @@ def replaced_against_plain(stage: str, steps: list[dict[str, Any]], measured: di
     agreement, problems = loss_agreement(steps, measured["plain_steps"], tolerance)
     record_measured(kernel_replacements={**replacements, "against_plain": agreement})
     if problems:
-        raise TrainingError(f"{stage}: replaced against plain:\n  - " + "\n  - ".join(problems))
+        raise TrainingError(problem_list(f"{stage}: replaced against plain", problems))
     return {**replacements, "against_plain": agreement}
 
 
@@ -102,7 +103,7 @@ def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any], b
                                          judging["gate"])
     figures["gate"] = gate
     if problems:
-        raise TrainingError(f"{stage}: loaded-weights gate failed:\n  - " + "\n  - ".join(problems))
+        raise TrainingError(problem_list(f"{stage}: loaded-weights gate failed", problems))
     figures["parity"] = with_reasons(figures["parity"], judging["accepted_differences"])
     replacements = figures["kernel_replacements"] = replaced_against_plain(
         stage, loaded, figures["kernel_replacements"], judging.get("loss_tolerance"))

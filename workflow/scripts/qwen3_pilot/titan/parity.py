@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..problems import problem_list
+
 # The architecture fields both recipes must take from the checkpoint, in config.json's names.
 PARITY_FIELDS = (
     "vocab_size",
@@ -141,6 +143,6 @@ def check_parity(
         write_json(out_path, {"recipe": recipe, "rows": rows, "problems": problems})
     if problems:
         raise ParityError(
-            f"{recipe}: the model differs from the checkpoint's config.json:\n  - " + "\n  - ".join(problems)
+            problem_list(f"{recipe}: the model differs from the checkpoint's config.json", problems)
         )
     return rows

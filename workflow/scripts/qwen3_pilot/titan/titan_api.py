@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..problems import problem_list
+
 # The default for a new entry, until its upstream date is found (tests/titan/test_titan_api.py refuses it).
 IN_0_3_0 = "present in torchtitan 0.3.0 (PyPI); upstream date not established"
 
@@ -338,8 +340,8 @@ def check_torchtitan_api(backend: str | None = None, entries: tuple[ApiEntry, ..
     if missing:
         who = f"the recipe {user}" if user in RECIPES else (user or "this project")
         raise TorchtitanApiError(
-            f"the installed torchtitan ({installed_torchtitan()}) lacks {len(missing)} name(s) {who} "
-            "uses:\n  - " + "\n  - ".join(missing)
+            problem_list(f"the installed torchtitan ({installed_torchtitan()}) lacks {len(missing)} name(s) {who} "
+                         "uses", missing)
         )
 
 

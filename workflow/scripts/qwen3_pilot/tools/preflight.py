@@ -45,6 +45,7 @@ from ..parse_time.config import (
     stage_training,
 )
 from ..paths import PROJECT, WORKFLOW, RunFolder
+from ..problems import problem_list
 
 RESOURCES = WORKFLOW / "resources"
 # The published models' config.json values, and AWS's component list per SDK release
@@ -206,7 +207,7 @@ def hf_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
     accepted = {field: reasons[field] for field in recipe.accepted_differences}
     rows, problems = parity_table(hf_model_values(model_config), hf, accepted)
     if problems:
-        raise PreflightError("train_hf: the model differs from config.json:\n  - " + "\n  - ".join(problems))
+        raise PreflightError(problem_list("train_hf: the model differs from config.json", problems))
     return {"hf_model": trainer.hf_model, "parity": rows, "seq_len": trainer.training.seq_len}
 
 
@@ -241,7 +242,7 @@ def moe_check(recipe_path: Path, config: dict[str, Any], moe_config_json: Path) 
                             f"{len(model.layers)}-layer model; kernels.rules.{rule['kernel']} targets "
                             f"layers {rule['layers']!r}")
     if problems:
-        raise PreflightError("moe_reduced:\n  - " + "\n  - ".join(problems))
+        raise PreflightError(problem_list("moe_reduced", problems))
     return {
         "parameters": parameters,
         "trained_at_full_width": trained_at_full,
@@ -280,7 +281,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path, configfiles: lis
 
     problems = launch_environment_problems(config)
     if problems:
-        raise PreflightError("the launching environment:\n  - " + "\n  - ".join(problems))
+        raise PreflightError(problem_list("the launching environment", problems))
 
     python, results, logs = sys.executable, project / "results", project / "logs"
     launches = [{
@@ -549,7 +550,7 @@ def install_plan(project: Path, release: str, published: Path = PUBLISHED_COMPON
     if listed.is_file():
         problems += [f"{stack.path} against {listed}: {p}" for p in components_problems(stack, listed.read_text())]
     if problems:
-        raise PreflightError("the Neuron install plan does not match its SDK release:\n  - " + "\n  - ".join(problems))
+        raise PreflightError(problem_list("the Neuron install plan does not match its SDK release", problems))
     return {"sdk_release": stack.release, "released": stack.released, "stack_file": stack.path,
             "fork": stack.fork.source, "fork_pinned_to_a_commit": stack.fork.pinned,
             "components": stack.components(),

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...problems import problem_list
 from .comparison import largest_per_dtype
 
 _log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def run(
     record_measured(**figures)
     problems = intrinsic_problems(figures, settings["train"])
     if problems:  # no tolerance decides these: the rule did not fire, or a converter replaced the wrong count
-        raise MeasurementError("kernel_numerics failed:\n  - " + "\n  - ".join(problems))
+        raise MeasurementError(problem_list("kernel_numerics failed", problems))
     return StageMeasurement(stage="kernel_numerics", backend=backend, figures=figures).write(Path(measured_path))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...problems import problem_list
 from .comparison import largest_per_dtype
 from .rope_checks import bf16_stepwise_rope_bound
 
@@ -103,7 +104,7 @@ def judge_kernel_numerics(stage: str, figures: dict[str, Any], judging: dict[str
     """Rule judge for kernel_numerics: fills in the tolerances and verdicts; returns proves and does_not_prove."""
     problems = judged_problems(figures, judging)  # in place: the failure record (judge.run) holds these figures
     if problems:
-        raise NumericsError("kernel_numerics failed:\n  - " + "\n  - ".join(problems))
+        raise NumericsError(problem_list("kernel_numerics failed", problems))
     installed, lnc = figures["implementations"], figures["seq_len_rule"]["lnc"]
     float32_ulps = largest_per_dtype(figures["numerics"], "max_ulp_diff").get("float32")
     compile_backends = ", ".join(sorted({model["backend"] for model in figures["compile"]["models"].values()}))
