@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine: `make report` and `make test`.
-# Both create .venv from the hash lock envs/cpu.lock (made from the pins in envs/cpu.txt by `make lock`) when
-# it is missing or older than the lock: pip checks every file it installs against the lock's sha256.
+# Both create .venv from the hash lock workflow/envs/cpu.lock (made from the pins in workflow/envs/cpu.txt by
+# `make lock`) when it is missing or older than the lock: pip checks every file it installs against the lock's sha256.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,9 +10,9 @@ TRN2_CONFIG ?= config/trn2.yaml
 
 .PHONY: report report-pdf test test-fast mutations preflight verify signoff lint lock lock-check install-neuron lock-neuron titan-compat unlock clean
 
-$(VENV)/.installed: envs/cpu.lock pyproject.toml
+$(VENV)/.installed: workflow/envs/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r envs/cpu.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r workflow/envs/cpu.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -57,25 +57,25 @@ signoff: $(VENV)/.installed
 unlock: $(VENV)/.installed
 	$(BIN)/python -m qwen3_pilot.unlock $(ARGS)
 
-# envs/cpu.lock from envs/cpu.txt: every package pinned with the sha256 of each of its files on the index
-# (pip-tools; PyPI must be reachable). Pins already in the lock stay unless envs/cpu.txt moves them; delete the
+# workflow/envs/cpu.lock from workflow/envs/cpu.txt: every package pinned with the sha256 of each of its files on the index
+# (pip-tools; PyPI must be reachable). Pins already in the lock stay unless workflow/envs/cpu.txt moves them; delete the
 # lock first to move every package to the newest its pins allow. Commit both files together.
 LOCK_COMMAND = $(BIN)/pip-compile --quiet --allow-unsafe --generate-hashes --no-emit-index-url \
 	--no-emit-find-links --strip-extras
 lock: $(VENV)/.installed
-	$(LOCK_COMMAND) --output-file envs/cpu.lock envs/cpu.txt
+	$(LOCK_COMMAND) --output-file workflow/envs/cpu.lock workflow/envs/cpu.txt
 
-# CI: the committed lock is what envs/cpu.txt resolves to (regenerated into a copy, compared).
+# CI: the committed lock is what workflow/envs/cpu.txt resolves to (regenerated into a copy, compared).
 lock-check: $(VENV)/.installed
-	cp envs/cpu.lock .venv/cpu.lock.check
-	$(LOCK_COMMAND) --output-file .venv/cpu.lock.check envs/cpu.txt
-	sed -i 's|--output-file=.venv/cpu.lock.check|--output-file=envs/cpu.lock|' .venv/cpu.lock.check
-	diff -u envs/cpu.lock .venv/cpu.lock.check || (echo "envs/cpu.lock is not what envs/cpu.txt resolves to: run make lock" >&2; exit 1)
+	cp workflow/envs/cpu.lock .venv/cpu.lock.check
+	$(LOCK_COMMAND) --output-file .venv/cpu.lock.check workflow/envs/cpu.txt
+	sed -i 's|--output-file=.venv/cpu.lock.check|--output-file=workflow/envs/cpu.lock|' .venv/cpu.lock.check
+	diff -u workflow/envs/cpu.lock .venv/cpu.lock.check || (echo "workflow/envs/cpu.lock is not what workflow/envs/cpu.txt resolves to: run make lock" >&2; exit 1)
 
-# On a trn2: the Neuron SDK release that $(TRN2_CONFIG) names (neuron.sdk, envs/neuron-sdk/<release>.toml) as AWS
+# On a trn2: the Neuron SDK release that $(TRN2_CONFIG) names (neuron.sdk, workflow/envs/neuron-sdk/<release>.toml) as AWS
 # ships it, into .venv-neuron. The machine is checked first (/etc/os-release, the Python): on the release's DLAMI
 # the venv is built on AWS's venv, elsewhere on a supported OS from the standalone wheels with NEURON_PYTHON;
-# anything else is refused, naming what it found. Then the release's pip components and envs/neuron.txt (or the
+# anything else is refused, naming what it found. Then the release's pip components and workflow/envs/neuron.txt (or the
 # release's lock once made) from AWS's repository and PyTorch's CPU index, the TorchTitan Neuron fork cloned into
 # vendor/ and installed editable, this project; each step printed before it runs, the installed stack against
 # the release at the end. Standard library only: it runs with the machine's python3.
@@ -87,7 +87,7 @@ install-neuron:
 	PYTHONPATH=workflow/scripts $(NEURON_PYTHON) -m qwen3_pilot.neuron_stack --sdk $(NEURON_SDK) install \
 		--venv $(NEURON_VENV) --python $(NEURON_PYTHON) $(ARGS)
 
-# On the trn2 after install-neuron: envs/neuron-sdk/<release>.lock (pip-tools, hashes from AWS's and PyTorch's
+# On the trn2 after install-neuron: workflow/envs/neuron-sdk/<release>.lock (pip-tools, hashes from AWS's and PyTorch's
 # indexes too); commit it, and the next install-neuron installs from it.
 lock-neuron:
 	PYTHONPATH=workflow/scripts $(NEURON_PY) -m qwen3_pilot.neuron_stack --sdk $(NEURON_SDK) lock --venv $(NEURON_VENV)
@@ -102,7 +102,7 @@ titan-compat: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/snakemake --lint
-	$(BIN)/snakefmt --check Snakefile rules
+	$(BIN)/snakefmt --check workflow/Snakefile workflow/rules
 
 clean:
 	rm -rf results logs benchmarks .snakemake

@@ -1,9 +1,9 @@
 {
   # A development shell with what `make report` and `make test` need from the system: the Python that
-  # envs/cpu.lock was made for, make and git, and the C++ runtime and zlib that the manylinux wheels (torch,
+  # workflow/envs/cpu.lock was made for, make and git, and the C++ runtime and zlib that the manylinux wheels (torch,
   # numpy, tokenizers) load. The Python packages come from the hash lock through pip, as everywhere else
   # (torch and the Neuron stack are not taken from nixpkgs): the Makefile builds .venv with
-  # `pip install --require-hashes -r envs/cpu.lock`. Needs Nix 2.4 or newer with the nix-command and flakes
+  # `pip install --require-hashes -r workflow/envs/cpu.lock`. Needs Nix 2.4 or newer with the nix-command and flakes
   # features; the first `nix develop` downloads the nixpkgs source pinned in flake.lock.
   description = "Qwen3 on AWS Trainium: the pilot workflow";
 
@@ -17,20 +17,20 @@
       # The lock is for x86_64 Linux (pip-compile resolved it there; torch's wheel is platform-specific).
       system = "x86_64-linux";
       pkgs = nixpkgs.legacyPackages.${system};
-      pythonAttr = import ./nix/python.nix { lockFile = ./envs/cpu.lock; };
+      pythonAttr = import ./nix/python.nix { lockFile = ./workflow/envs/cpu.lock; };
       python = pkgs.${pythonAttr};
       wheelLibraries = [ pkgs.stdenv.cc.cc.lib pkgs.zlib ];
     in
     {
       # What the shell provides, for `nix eval .#versions` (tests/test_flake.py checks the same offline).
-      versions = { python = pythonAttr; lockFile = "envs/cpu.lock"; };
+      versions = { python = pythonAttr; lockFile = "workflow/envs/cpu.lock"; };
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [ python pkgs.gnumake pkgs.git ];
         shellHook = ''
           export PYTHON=${python}/bin/python3
           export LD_LIBRARY_PATH=${pkgs.lib.makeLibraryPath wheelLibraries}''${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-          echo "make report | make test (build .venv from the hash lock envs/cpu.lock)"
+          echo "make report | make test (build .venv from the hash lock workflow/envs/cpu.lock)"
         '';
       };
     };

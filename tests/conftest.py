@@ -26,7 +26,7 @@ import yaml
 PROJECT = Path(__file__).resolve().parents[1]
 # The corpus that ships with the pilot (config/config.yaml data.path): every test that reads a corpus reads it.
 CORPUS = PROJECT / yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())["data"]["path"]
-WORKFLOW_FILES = ("Snakefile", "rules", "config", "envs", "profiles", "workflow")
+WORKFLOW_FILES = ("config", "profiles", "workflow")
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 # Collecting the tests imports torchtitan, and with it torch._dynamo, which creates its cache folder in the

@@ -234,9 +234,9 @@ def test_a_summary_or_stamp_is_held_to_the_sha256_recorded_beside_it(workspace, 
         "results/train_hf/summary.json: no sha256 recorded beside it (results/train_hf/summary.json.sha256): rerun the "
         "stage that writes it"]
     # Files outside results/ (the lock file, a local corpus) are the user's: nothing recorded them.
-    Path("envs").mkdir()
-    Path("envs/cpu.lock").write_text("torch==2.14.1\n")
-    assert custody_problems(["envs/cpu.lock"]) == []
+    Path("workflow/envs").mkdir(parents=True)
+    Path("workflow/envs/cpu.lock").write_text("torch==2.14.1\n")
+    assert custody_problems(["workflow/envs/cpu.lock"]) == []
 
 
 def test_make_signoff_records_the_values_as_given_and_never_runs_them(workspace):

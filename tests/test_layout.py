@@ -93,10 +93,10 @@ STAGE_MODULES = PACKAGE / "stages"
 
 
 def rule_scripts() -> dict[str, str]:
-    """Each rule in rules/*.smk (a checkpoint too: fetch_weights) with the thin script it runs (its `script:`
+    """Each rule in workflow/rules/*.smk (a checkpoint too: fetch_weights) with the thin script it runs (its `script:`
     directive), by base name."""
     rules = {}
-    for smk in (PROJECT / "rules").glob("*.smk"):
+    for smk in (PROJECT / "workflow" / "rules").glob("*.smk"):
         for rule, body in re.findall(r"^(?:rule|checkpoint) (\w+):\n((?:[ \t]+.*\n|\n)+)", smk.read_text(), re.M):
             script = re.search(r"script:\s*\n\s*\"[^\"]*/(\w+)\.py\"", body)
             if script:
@@ -130,7 +130,7 @@ def test_the_paths_object_finds_the_checkout_and_lays_out_a_workflow_folder(tmp_
     would point the preflight, the report schema and the relaunches' import path elsewhere."""
     from qwen3_pilot import paths
 
-    assert paths.PROJECT == PROJECT and (paths.PROJECT / "Snakefile").is_file()
+    assert paths.PROJECT == PROJECT and (paths.PROJECT / "workflow" / "Snakefile").is_file()
     assert paths.PACKAGE == paths.SCRIPTS / "qwen3_pilot" and (paths.PACKAGE / "__init__.py").is_file()
     assert (paths.WORKFLOW / "schemas" / "report.schema.json").is_file()
     run = paths.RunFolder(tmp_path)

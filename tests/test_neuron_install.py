@@ -5,10 +5,10 @@ release's pip components, that .venv-neuron is built on); and the refusals of an
 
 What stands in for what: a file system root in a test folder (its etc/os-release, the DLAMI's venv under its
 opt/); a local package folder with stand-ins of exactly the names and versions of the release file and of
-envs/neuron.txt, beside the real wheels of pip-tools and what it needs (the lock is made with them); and a local
-git repository for the TorchTitan Neuron fork (git's url.<base>.insteadOf sends the release file's URL there).
+workflow/envs/neuron.txt, beside the real wheels of pip-tools and what it needs (the lock is made with them); and a
+local git repository for the TorchTitan Neuron fork (git's url.<base>.insteadOf sends the release file's URL there).
 pip is kept off every index (PIP_NO_INDEX) and reads only that folder (PIP_FIND_LINKS), so the real commands and
-the real envs/ files run, and nothing reaches the network. This machine's Python is 3.11, which no release
+the real workflow/envs/ files run, and nothing reaches the network. This machine's Python is 3.11, which no release
 supports: the copy's release file admits it (the one edit to the copy, asserted), and the refusal of an
 unsupported Python is tested with the file as committed.
 """
@@ -137,7 +137,7 @@ def make_fork(root: Path, version: str) -> tuple[Path, str]:
     (root / "torchtitan" / "__init__.py").write_text("")
     (root / "torchtitan_neuron").mkdir()
     (root / "torchtitan_neuron" / "__init__.py").write_text("")
-    (root / "requirements.txt").write_text("torch\nsafetensors\n")  # pinned by envs/neuron.txt as constraints
+    (root / "requirements.txt").write_text("torch\nsafetensors\n")  # pinned by workflow/envs/neuron.txt as constraints
     (root / "stand_in_backend.py").write_text(FORK_BACKEND.format(version=version, dependency=FORK_DEPENDENCY))
     (root / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "stand_in_backend"\n'
                                          'backend-path = ["."]\n')  # its own dependency: FORK_DEPENDENCY
@@ -149,10 +149,10 @@ def make_fork(root: Path, version: str) -> tuple[Path, str]:
 
 
 def stand_in_index(folder: Path) -> Path:
-    """Every distribution the install asks for: stand-ins at the versions envs/neuron.txt pins and AWS's 2.33.0
+    """Every distribution the install asks for: stand-ins at the versions workflow/envs/neuron.txt pins and AWS's 2.33.0
     list names (none of them real), and real wheels of pip-tools and its requirements and of setuptools."""
     folder.mkdir()
-    for name, pin in read_pins(PROJECT / "envs" / "neuron.txt").items():
+    for name, pin in read_pins(PROJECT / "workflow" / "envs" / "neuron.txt").items():
         if name not in REAL:
             write_wheel(folder, name, pin.specifier.removeprefix("=="))
     for name, version in AWS_2_33_0.items():
@@ -172,13 +172,13 @@ UBUNTU = {"26.04": 'PRETTY_NAME="Ubuntu 26.04 LTS"\nID=ubuntu\nVERSION_ID="26.04
 
 @pytest.fixture
 def rehearsal(tmp_path):
-    """A copy of the project (its envs/ as committed, the release file admitting this Python), the stand-in
+    """A copy of the project (its workflow/envs/ as committed, the release file admitting this Python), the stand-in
     index and fork, a file system root, and the environment that keeps pip and git on them."""
     project = tmp_path / "project"
     shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns(
         ".venv", ".venv-neuron", ".git", "results", "logs", ".snakemake", ".cache", "vendor", "__pycache__",
         "*.egg-info"))
-    release = project / "envs" / "neuron-sdk" / "2.33.0.toml"
+    release = project / "workflow" / "envs" / "neuron-sdk" / "2.33.0.toml"
     text = release.read_text()
     assert 'python = ["3.12", "3.13", "3.14"]' in text
     release.write_text(text.replace('python = ["3.12",', f'python = ["{THIS_PYTHON}", "3.12",'))
@@ -270,7 +270,7 @@ def test_on_ubuntu_26_04_install_then_lock_then_install_from_the_lock_passes_pin
     # The documented lock command, in the venv the install made (its pip-tools is real).
     lock = make(rehearsal, "lock-neuron")
     assert lock.returncode == 0, (lock.stdout + lock.stderr)[-4000:]
-    lock_file = project / "envs" / "neuron-sdk" / "2.33.0.lock"
+    lock_file = project / "workflow" / "envs" / "neuron-sdk" / "2.33.0.lock"
     locked = read_lock(lock_file)
     assert {name: locked[name] for name in AWS_2_33_0} == AWS_2_33_0
     assert locked[FORK_DEPENDENCY] == FORK_DEPENDENCY_VERSION  # from the fork's pyproject.toml only
@@ -309,8 +309,8 @@ def test_another_os_and_an_unsupported_python_are_refused_before_anything_is_mad
     result = make(rehearsal, "install-neuron", f"NEURON_PYTHON={BASE_PYTHON}", f"ARGS=--root {rehearsal['root']}")
     assert "this machine runs debian 12" in result.stderr
     # The release file as committed: this machine's Python is none of the supported ones.
-    release = rehearsal["project"] / "envs" / "neuron-sdk" / "2.33.0.toml"
-    release.write_text((PROJECT / "envs" / "neuron-sdk" / "2.33.0.toml").read_text())
+    release = rehearsal["project"] / "workflow" / "envs" / "neuron-sdk" / "2.33.0.toml"
+    release.write_text((PROJECT / "workflow" / "envs" / "neuron-sdk" / "2.33.0.toml").read_text())
     result = install(rehearsal, "26.04")
     assert result.returncode != 0
     assert f"{BASE_PYTHON} is Python {THIS_PYTHON}; SDK 2.33.0 supports Python 3.12, 3.13, 3.14" in result.stderr

@@ -54,7 +54,7 @@ def finished_trn2_run(tmp_path_factory) -> Path:
     ws = make_workspace(tmp_path_factory.mktemp("trn2") / "ws")
     summary = run_snakemake(ws, "-n", "--summary", *TRN2)
     assert summary.returncode == 0, output(summary)[-3000:]
-    rules = "".join(path.read_text() for path in (ws / "rules").glob("*.smk"))
+    rules = "".join(path.read_text() for path in (ws / "workflow" / "rules").glob("*.smk"))
     folders = [re.sub(r"\{[^}]+\}", "[^/]+", d) for d in re.findall(r'directory\("([^"]*)"\)', rules)]
     for line in summary.stdout.splitlines()[1:]:
         path = line.split("\t")[0]
@@ -96,7 +96,7 @@ def test_a_release_with_2_33_0s_versions_under_another_name_reruns_only_pin_envs
     """The stamps' params are the components' versions, not the release's name: a release that moves no
     version (say a rebuilt file for a patch release that changed nothing the pilot uses) reruns pin_env, whose
     record names the release, and the report; no stamp and no stage."""
-    releases = finished_trn2_run / "envs" / "neuron-sdk"
+    releases = finished_trn2_run / "workflow" / "envs" / "neuron-sdk"
     (releases / "2.33.9.toml").write_text((releases / "2.33.0.toml").read_text().replace(
         'release = "2.33.0"', 'release = "2.33.9"'))
     switch = tmp_path / "sdk.yaml"

@@ -1,7 +1,7 @@
-"""envs/neuron-sdk/<release>.toml and what reads it (qwen3_pilot.neuron_stack): each SDK release, its components
-against AWS's published list, envs/neuron.txt beside it, the machine each release runs on, the install's steps,
-the fork's commit as the install leaves it, and the record pin_env keeps. The install itself is rehearsed in
-test_neuron_install.py; the release switch's rerun plan in test_neuron_release_switch.py."""
+"""workflow/envs/neuron-sdk/<release>.toml and what reads it (qwen3_pilot.neuron_stack): each SDK release, its
+components against AWS's published list, workflow/envs/neuron.txt beside it, the machine each release runs on, the
+install's steps, the fork's commit as the install leaves it, and the record pin_env keeps. The install itself is
+rehearsed in test_neuron_install.py; the release switch's rerun plan in test_neuron_release_switch.py."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def test_a_version_the_published_list_does_not_have_is_named():
 
 @pytest.mark.parametrize("release", ["2.33.0", "2.34.0"])
 def test_envs_neuron_txt_pins_no_component_of_any_release_and_not_the_fork(release):
-    assert pin_problems(read_release(release), read_pins(PROJECT / "envs" / "neuron.txt")) == []
+    assert pin_problems(read_release(release), read_pins(PROJECT / "workflow" / "envs" / "neuron.txt")) == []
 
 
 def test_a_neuron_txt_pinning_the_releases_components_is_refused_naming_each(tmp_path):
@@ -87,20 +87,20 @@ def test_a_neuron_txt_pinning_the_releases_components_is_refused_naming_each(tmp
                       "transformers==5.16.0\n")
     problems = pin_problems(STACK, read_pins(before))
     assert problems == [
-        "envs/neuron.txt pins torch==2.14.0, a component of the Neuron SDK release: its version comes from "
-        "envs/neuron-sdk/<release>.toml (SDK 2.33.0: 2.14.0)",
-        "envs/neuron.txt pins torch-neuronx==2.14.3.0.*, a component of the Neuron SDK release: its version comes "
-        "from envs/neuron-sdk/<release>.toml (SDK 2.33.0: 2.14.3.0.*)",
-        "envs/neuron.txt pins nki==0.6.*, a component of the Neuron SDK release: its version comes from "
-        "envs/neuron-sdk/<release>.toml (SDK 2.33.0: 0.7.0)",
-        "envs/neuron.txt pins torchtitan, which no index serves: TorchTitan Neuron is installed from "
+        "workflow/envs/neuron.txt pins torch==2.14.0, a component of the Neuron SDK release: its version comes from "
+        "workflow/envs/neuron-sdk/<release>.toml (SDK 2.33.0: 2.14.0)",
+        "workflow/envs/neuron.txt pins torch-neuronx==2.14.3.0.*, a component of the Neuron SDK release: its version "
+        "comes from workflow/envs/neuron-sdk/<release>.toml (SDK 2.33.0: 2.14.3.0.*)",
+        "workflow/envs/neuron.txt pins nki==0.6.*, a component of the Neuron SDK release: its version comes from "
+        "workflow/envs/neuron-sdk/<release>.toml (SDK 2.33.0: 0.7.0)",
+        "workflow/envs/neuron.txt pins torchtitan, which no index serves: TorchTitan Neuron is installed from "
         f"https://github.com/aws-neuron/torchtitan-neuron.git ({STACK.path} [fork])",
     ]
 
 
 def test_a_release_without_a_file_is_refused_naming_the_known_ones():
-    with pytest.raises(StackError, match=r"^neuron.sdk = '2\.35\.0': there is no envs/neuron-sdk/2\.35\.0\.toml; "
-                                         r"known releases: 2\.33\.0, 2\.34\.0$"):
+    with pytest.raises(StackError, match=r"^neuron.sdk = '2\.35\.0': there is no workflow/envs/neuron-sdk/2\.35\.0"
+                                         r"\.toml; known releases: 2\.33\.0, 2\.34\.0$"):
         read_release("2.35.0")
 
 
@@ -220,7 +220,7 @@ def test_the_install_runs_in_awss_order_and_nothing_after_the_packages_moves_a_p
     venv = tmp_path / ".venv-neuron"
     steps = install_steps(STACK, machine_layout(STACK, root, "python3.12", python_is("3.12")), venv, tmp_path)
     commands = [step.command for step in steps]
-    requirements, pins = str(venv / "neuron-sdk-2.33.0.txt"), str(tmp_path / "envs" / "neuron.txt")
+    requirements, pins = str(venv / "neuron-sdk-2.33.0.txt"), str(tmp_path / "workflow" / "envs" / "neuron.txt")
     assert commands[0] == ["python3.12", "-m", "venv", str(venv)]
     assert commands[1] == ["write", requirements] and steps[1].action is not None
     assert commands[2][-8:] == ["-r", requirements, "-r", pins, "--extra-index-url",
@@ -229,7 +229,7 @@ def test_the_install_runs_in_awss_order_and_nothing_after_the_packages_moves_a_p
     clone = str(tmp_path / "vendor" / "torchtitan-neuron")
     assert commands[3] == ["git", "clone", "--no-checkout", STACK.fork.url, clone]
     assert commands[4][-2:] == ["origin", "release-2.33"] and commands[5][-2:] == ["--detach", "FETCH_HEAD"]
-    for command in commands[6:8]:  # the fork's requirements and the fork: the release and envs/neuron.txt bind
+    for command in commands[6:8]:  # the fork's requirements and the fork: the release and workflow/envs/neuron.txt bind
         assert command[command.index("-c"):][:4] == ["-c", requirements, "-c", pins]
     assert commands[8][-3:] == ["--no-deps", "-e", str(tmp_path)]
     assert commands[-2][-2:] == ["pip", "check"] and commands[-1][-3:] == ["--sdk", "2.33.0", "record"]
@@ -238,12 +238,11 @@ def test_the_install_runs_in_awss_order_and_nothing_after_the_packages_moves_a_p
     assert Path(requirements).read_text().splitlines() == [
         "torch==2.14.0", "torch-neuronx==2.14.3.0.*", "neuronx-cc==2.28.7631.0", "nki==0.7.0"]
     # With the release's lock made on an instance, the packages step installs it, hashes checked.
-    (tmp_path / "envs").mkdir()
-    (tmp_path / "envs" / "neuron-sdk").mkdir()
-    (tmp_path / "envs" / "neuron-sdk" / "2.33.0.lock").write_text("")
+    (tmp_path / "workflow" / "envs" / "neuron-sdk").mkdir(parents=True)
+    (tmp_path / "workflow" / "envs" / "neuron-sdk" / "2.33.0.lock").write_text("")
     third = install_steps(STACK, machine_layout(STACK, root, "python3.12", python_is("3.12")), venv, tmp_path)[2]
     assert third.command[third.command.index("--require-hashes"):][:3] == [
-        "--require-hashes", "-r", str(tmp_path / "envs" / "neuron-sdk" / "2.33.0.lock")]
+        "--require-hashes", "-r", str(tmp_path / "workflow" / "envs" / "neuron-sdk" / "2.33.0.lock")]
 
 
 def test_on_the_dlami_the_install_layers_the_venv_before_installing(tmp_path):
@@ -331,8 +330,8 @@ def test_an_instance_on_another_release_is_named_with_the_one_line_fix():
     assert note.endswith("set neuron.sdk: 2.33.0 (config/trn2.yaml), or launch SDK 2.34.0's DLAMI (unrecorded)")
     moved = {**on_2_33, "aws-neuronx-runtime-lib": "2.99.0.0"}
     note = os_release_note(STACK, stack_record(STACK, versions(**RELEASED), moved, COMMIT), stacks)
-    assert "belong to no release recorded in envs/neuron-sdk/ (2.33.0, 2.34.0): launch SDK 2.33.0's DLAMI (Deep " \
-           "Learning AMI Neuron torch-neuronx 2.14.0)" in note
+    assert "belong to no release recorded in workflow/envs/neuron-sdk/ (2.33.0, 2.34.0): launch SDK 2.33.0's DLAMI " \
+           "(Deep Learning AMI Neuron torch-neuronx 2.14.0)" in note
     assert os_release_note(STACK, stack_record(STACK, versions(**RELEASED), on_2_33, COMMIT), stacks) is None
 
 
@@ -369,10 +368,10 @@ def test_the_preflight_names_the_release_and_the_forks_ref_and_checks_the_plan(t
     assert not plan["unrecorded"]
     assert install_plan(PROJECT, "2.34.0")["unrecorded"] == ["neuronx-cc", "nki", *NEXT.os_packages]
     project = tmp_path / "project"
-    (project / "envs" / "neuron-sdk").mkdir(parents=True)
+    (project / "workflow" / "envs" / "neuron-sdk").mkdir(parents=True)
     for name in ("neuron-sdk/2.33.0.toml", "neuron.txt"):
-        (project / "envs" / name).write_text((PROJECT / "envs" / name).read_text())
-    pins = project / "envs" / "neuron.txt"
+        (project / "workflow" / "envs" / name).write_text((PROJECT / "workflow" / "envs" / name).read_text())
+    pins = project / "workflow" / "envs" / "neuron.txt"
     pins.write_text(pins.read_text() + "nki==0.6.0\n")
     with pytest.raises(PreflightError, match=r"pins nki==0\.6\.0, a component of the Neuron SDK release"):
         install_plan(project, "2.33.0")
@@ -396,7 +395,7 @@ def test_a_pinned_package_installed_from_a_git_clone_records_its_commit_in_its_s
 def test_the_conda_env_uses_the_release_files_indexes(release):
     import yaml
 
-    env = yaml.safe_load((PROJECT / "envs" / "neuron.yaml").read_text())
+    env = yaml.safe_load((PROJECT / "workflow" / "envs" / "neuron.yaml").read_text())
     (pip,) = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
     indexes = [option for line in pip if line.startswith("--") for option in line.split()]
     assert indexes == read_release(release).index_options()
@@ -417,7 +416,8 @@ def test_an_os_package_stamp_passes_at_the_releases_version_and_names_the_releas
     with pytest.raises(PinError, match=r"pins unrecorded, this instance has 2\.35\.30\.0-1: 2\.35\.30\.0-1 is SDK "
                                        r"2\.33\.0's: set neuron\.sdk: 2\.33\.0 \(config/trn2\.yaml\)"):
         run_os_package("aws-neuronx-runtime-lib", UNRECORDED, failed, PROJECT, reads("2.35.30.0-1"))
-    with pytest.raises(PinError, match=r"no release recorded in envs/neuron-sdk/ \(2\.33\.0, 2\.34\.0\) ships not "):
+    with pytest.raises(PinError, match=r"no release recorded in workflow/envs/neuron-sdk/ \(2\.33\.0, 2\.34\.0\) "
+                                      r"ships not "):
         run_os_package("aws-neuronx-runtime-lib", "2.35.30.0", failed, PROJECT, reads("not found"))
     assert not failed.exists()
 

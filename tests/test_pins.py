@@ -1,4 +1,4 @@
-"""Pins: parsing envs/<backend>.txt, comparing with what is installed, and the per-package stamps."""
+"""Pins: parsing workflow/envs/<backend>.txt, comparing with what is installed, and the per-package stamps."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_every_backend_pins_file_parses_and_pins_the_core_packages():
     from qwen3_pilot.neuron_stack import read_release, release_pins
 
     for backend in ("cpu", "neuron"):
-        pins = read_pins(PROJECT / "envs" / f"{backend}.txt")
+        pins = read_pins(PROJECT / "workflow" / "envs" / f"{backend}.txt")
         if backend == "neuron":  # torch and torchtitan (the fork, from git) are the SDK release file's
             assert "torchtitan" not in pins and "torch" not in pins
             pins |= release_pins(read_release("2.33.0"))
@@ -41,7 +41,7 @@ def test_an_unrecorded_release_version_admits_nothing():
 
 
 def test_the_cpu_pins_are_what_this_environment_has():
-    for pin in read_pins(PROJECT / "envs" / "cpu.txt").values():
+    for pin in read_pins(PROJECT / "workflow" / "envs" / "cpu.txt").values():
         assert check_pin(pin, installed_version(pin.package))["ok"]
 
 
@@ -64,7 +64,7 @@ def test_a_mismatch_names_package_pinned_and_installed():
 
 def test_pin_mismatch_fails_the_stage_and_leaves_no_stamp(workspace):
     ws = workspace()
-    pins = ws / "envs" / "cpu.txt"
+    pins = ws / "workflow" / "envs" / "cpu.txt"
     pins.write_text(pins.read_text().replace("transformers==5.16.0", "transformers==5.99.0"))
     result = run_snakemake(ws, "--cores", "1", "results/pin_env/summary.json")
     assert result.returncode != 0
@@ -83,17 +83,17 @@ def test_stamps_hold_only_their_own_package(workspace):
     assert stamp == {"package": "torch", "pinned": "==2.14.1", "installed": installed_version("torch"), "ok": True}
 
 
-# ---- the hash lock (envs/cpu.lock, make lock) ----
+# ---- the hash lock (workflow/envs/cpu.lock, make lock) ----
 
-LOCK = PROJECT / "envs" / "cpu.lock"
+LOCK = PROJECT / "workflow" / "envs" / "cpu.lock"
 
 
 def test_the_lock_holds_every_pin_at_its_pinned_version_with_hashes():
     locked = read_lock(LOCK)
-    for pin in read_pins(PROJECT / "envs" / "cpu.txt").values():
+    for pin in read_pins(PROJECT / "workflow" / "envs" / "cpu.txt").values():
         assert pin.admits(locked[pin.package]), (pin.package, locked.get(pin.package))
     # and their dependencies: far more than the pins
-    assert len(locked) > 3 * len(read_pins(PROJECT / "envs" / "cpu.txt"))
+    assert len(locked) > 3 * len(read_pins(PROJECT / "workflow" / "envs" / "cpu.txt"))
 
 
 def test_this_environment_is_the_locked_one():
@@ -121,7 +121,7 @@ def test_a_transitive_package_at_another_version_in_a_scratch_venv_fails_pin_env
     """A venv that sees this environment's packages (a .pth file) but has six, a dependency of a dependency
     (python-dateutil), at another version in its own site-packages, which wins on the path."""
     locked = read_lock(LOCK)
-    assert "six" in locked and "six" not in read_pins(PROJECT / "envs" / "cpu.txt")
+    assert "six" in locked and "six" not in read_pins(PROJECT / "workflow" / "envs" / "cpu.txt")
     other = "1.16.0" if locked["six"] != "1.16.0" else "1.15.0"
     scratch = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(scratch)], check=True)

@@ -217,7 +217,7 @@ def test_the_dependency_map_is_snakemakes_job_graph():
             for node, rule, rest in re.findall(r'^\s*(\d+)\[label = "(\w+)((?:\\n[^"]*)?)"', dot, re.M)}
     edges = re.findall(r"^\s*(\d+) -> (\d+)", dot, re.M)
     # The judges and compare_recipes wait for fetch_weights only to be planned again after it
-    # (get_replanned_with_the_weights in rules/common.smk): they read nothing of it.
+    # (get_replanned_with_the_weights in workflow/rules/common.smk): they read nothing of it.
     edges = [(source, target) for source, target in edges
              if not (jobs[source][0] == "fetch_weights" and jobs[target][0] in ("judge", "compare_recipes"))]
     stage = {node: stage_of_job(rule, wildcards) for node, (rule, wildcards) in jobs.items()}
@@ -249,17 +249,18 @@ def test_a_failure_record_of_an_earlier_run_is_not_this_runs_failure(tmp_path, m
 
 def test_the_environment_section_shows_the_lock_digest_platform_and_whether_the_run_was_locked(tmp_path):
     environment = {"python": "3.11.7", "platform": "Linux-x86_64-with-glibc2.36", "machine": "x86_64"}
-    lock = {"file": "envs/cpu.lock", "sha256": "b" * 64, "packages": 181, "drift": [], "locked_environment": True}
+    lock = {"file": "workflow/envs/cpu.lock", "sha256": "b" * 64, "packages": 181, "drift": [],
+            "locked_environment": True}
     summary = write_summary(tmp_path, "pin_env", figures={
-        "pins_file": "envs/cpu.txt", "packages": [], "lock": lock, "environment": environment, "system": {}})
+        "pins_file": "workflow/envs/cpu.txt", "packages": [], "lock": lock, "environment": environment, "system": {}})
     report = build(tmp_path, {"pin_env": summary})
     assert report["environment"]["lock"]["sha256"] == "b" * 64
     html = (tmp_path / "report.html").read_text()
-    assert "Hash lock envs/cpu.lock, sha256" in html and "b" * 64 in html and "181 packages" in html
+    assert "Hash lock workflow/envs/cpu.lock, sha256" in html and "b" * 64 in html and "181 packages" in html
     assert "locked environment: <span class=\"status pass\">yes</span>" in html
     assert "on Linux-x86_64-with-glibc2.36 (x86_64, Python 3.11.7)" in html
     unlocked = write_summary(tmp_path, "pin_env", figures={
-        "pins_file": "envs/neuron.txt", "packages": [], "lock": {"file": None, "locked_environment": False},
+        "pins_file": "workflow/envs/neuron.txt", "packages": [], "lock": {"file": None, "locked_environment": False},
         "environment": environment, "system": {}})
     build(tmp_path, {"pin_env": unlocked})
     assert "No hash lock for this backend" in (tmp_path / "report.html").read_text()

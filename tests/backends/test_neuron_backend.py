@@ -490,7 +490,7 @@ def test_the_os_packages_are_read_one_query_each_and_a_missing_one_is_not_found(
 
 
 def test_the_conda_env_installs_exactly_the_neuron_pins():
-    env = yaml.safe_load((PROJECT / "envs" / "neuron.yaml").read_text())
+    env = yaml.safe_load((PROJECT / "workflow" / "envs" / "neuron.yaml").read_text())
     (pip,) = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
     assert "-r neuron.txt" in pip
     assert not [line for line in pip if "==" in line]  # no second copy of a pin that could drift

@@ -113,10 +113,10 @@ def bump_table_rows() -> dict[str, set[str]]:
 
 
 def respell_pin(ws: Path, package: str) -> None:
-    """The package's pin in envs/cpu.txt with one more `.0` (0.8.0 -> 0.8.0.0): the same version to pip (PEP 440
-    pads with zeros), so what is installed still passes the package's stamp, but another pin to Snakemake, so the
+    """The package's pin in workflow/envs/cpu.txt with one more `.0` (0.8.0 -> 0.8.0.0): the same version to pip (PEP
+    440 pads with zeros), so what is installed still passes the package's stamp, but another pin to Snakemake, so the
     stamp reruns: a release whose client fetches the same bytes, as `make lock` would bring in."""
-    pins = ws / "envs" / "cpu.txt"
+    pins = ws / "workflow" / "envs" / "cpu.txt"
     pin = re.search(rf"^{re.escape(package)}==\S+$", pins.read_text(), re.M).group(0)
     pins.write_text(pins.read_text().replace(pin, pin + ".0"))
 

@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
 INSTANCE_TIME = {"verify_ranks": "01:00:00", "train_native": "04:00:00", "train_hf": "04:00:00",
                  "moe_reduced": "04:00:00", "benchmark": "08:00:00", "kernel_numerics": "01:00:00",
                  "export_reload": "01:00:00", "pin_env": "00:15:00"}
-# The rules that run where Snakemake runs (`localrules` in rules/*.smk): work on records, a small download.
+# The rules that run where Snakemake runs (`localrules` in workflow/rules/*.smk): work on records, a small download.
 LOCAL_STAGES = {"fetch_corpus", "compare_recipes", "report"}
 COMMENT = re.compile(r"rule_(?P<rule>[a-z_]+?)(?:_wildcards_(?P<wildcard>\S+))?")
 

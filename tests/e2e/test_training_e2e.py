@@ -357,7 +357,7 @@ def test_after_a_transformers_pin_change_the_report_lists_reruns_with_reasons_an
     from qwen3_pilot.audit import signoff
 
     signed = signoff(copy_of_run / "results" / "report.json", "Ada", "approve", "baseline")
-    pins = copy_of_run / "envs" / "cpu.txt"
+    pins = copy_of_run / "workflow" / "envs" / "cpu.txt"
     pins.write_text(pins.read_text().replace("transformers==5.16.0", "transformers==5.16"))
 
     result = run_snakemake(copy_of_run, "--cores", "2", "results/report.html", env=AHEAD_ENV)

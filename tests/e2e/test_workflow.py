@@ -206,13 +206,13 @@ def test_parsing_the_workflow_imports_no_torch(completed_run):
 
 
 def dry_run_with_bump(ws, old, new):
-    """`snakemake -n` in the shared run with one pin of envs/cpu.txt respelled."""
+    """`snakemake -n` in the shared run with one pin of workflow/envs/cpu.txt respelled."""
 
     def bump(text):
         assert old in text
         return text.replace(old, new)
 
-    with edited_in_place((ws / "envs" / "cpu.txt", bump)):
+    with edited_in_place((ws / "workflow" / "envs" / "cpu.txt", bump)):
         return run_snakemake(ws, "-n")
 
 

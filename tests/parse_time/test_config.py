@@ -36,7 +36,7 @@ SCHEMA = PROJECT / "workflow" / "schemas" / "config.schema.yaml"
     ],
 )
 def test_schema_errors_name_the_key_and_the_value(overlay, expected):
-    """The schema's checks, as rules/common.smk runs them (snakemake.utils.validate), in this process."""
+    """The schema's checks, as workflow/rules/common.smk runs them (snakemake.utils.validate), in this process."""
     config = deep_update(yaml.safe_load((PROJECT / "config" / "config.yaml").read_text()), overlay)
     with pytest.raises(WorkflowError) as error:
         validate(config, str(SCHEMA))

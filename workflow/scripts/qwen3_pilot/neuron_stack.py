@@ -1,4 +1,4 @@
-"""The Neuron software stack as AWS ships it for one SDK release (envs/neuron-sdk/<release>.toml, picked by
+"""The Neuron software stack as AWS ships it for one SDK release (workflow/envs/neuron-sdk/<release>.toml, picked by
 config neuron.sdk): the pins the stages depend on, its install on a trn2, and what pin_env and the preflight
 check against it.
 
@@ -29,8 +29,8 @@ from urllib.parse import unquote, urlparse
 
 from .paths import PROJECT
 
-SDK_FOLDER = "envs/neuron-sdk"  # one <release>.toml per SDK release; config key neuron.sdk picks one
-PINS_FILE = "envs/neuron.txt"  # the neuron backend's other packages; the release's own come from its file
+SDK_FOLDER = "workflow/envs/neuron-sdk"  # one <release>.toml per SDK release; config key neuron.sdk picks one
+PINS_FILE = "workflow/envs/neuron.txt"  # the neuron backend's other packages; the release's own come from its file
 # Where the install clones the fork (ignored by git): its editable install imports from here.
 FORK_CLONE = "vendor/torchtitan-neuron"
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -112,7 +112,7 @@ class NeuronStack:
 
     def requirements(self) -> str:
         """The release's pip components as a requirements file (what the install and the lock read beside
-        envs/neuron.txt); an unrecorded version is left to the resolver (torch-neuronx's own requirements)."""
+        workflow/envs/neuron.txt); an unrecorded version is left to the resolver (torch-neuronx's own requirements)."""
         return "".join(f"{name}=={version}\n" if version != UNRECORDED else f"{name}\n"
                        for name, version in self.pip_packages.items())
 
@@ -129,7 +129,7 @@ def known_releases(project: Path = PROJECT) -> list[str]:
 
 
 def read_releases(project: Path = PROJECT) -> list[NeuronStack]:
-    """Every release recorded in envs/neuron-sdk/, oldest first."""
+    """Every release recorded in workflow/envs/neuron-sdk/, oldest first."""
     return [read_release(release, project) for release in known_releases(project)]
 
 
@@ -227,7 +227,7 @@ def release_admits(release_version: str, installed: str) -> bool:
 
 
 def pin_problems(stack: NeuronStack, pins: dict[str, Any]) -> list[str]:
-    """envs/neuron.txt against the stack: it pins none of the release's own components (the release file does,
+    """workflow/envs/neuron.txt against the stack: it pins none of the release's own components (the release file does,
     so that switching the release is one line) and not the fork (no index serves it; the release file's [fork]
     installs it). `pins` are pins.read_pins' {name: Pin}."""
     problems = [f"{PINS_FILE} pins {name}{pins[name].specifier}, a component of the Neuron SDK release: its "
@@ -343,7 +343,7 @@ def release_requirements(stack: NeuronStack, venv: Path) -> Path:
 
 def install_steps(stack: NeuronStack, layout: Layout, venv: Path, project: Path = PROJECT) -> list[Step]:
     """AWS's order: the venv (on the DLAMI: on AWS's venv); the release's pip components with the rest of
-    envs/neuron.txt (or the release's hash lock, once made on an instance) from AWS's repository and PyTorch's
+    workflow/envs/neuron.txt (or the release's hash lock, once made on an instance) from AWS's repository and PyTorch's
     CPU index beside PyPI; the fork cloned and checked out at its ref, its requirements.txt and itself
     installed editable, neither allowed to move a pin; then this project, without dependencies; pip's
     consistency check; and the installed stack against the release."""
@@ -382,9 +382,9 @@ def install_steps(stack: NeuronStack, layout: Layout, venv: Path, project: Path 
 
 
 def lock_command(stack: NeuronStack, python: str, venv: Path, project: Path = PROJECT) -> list[str]:
-    """The release's hash lock from its pip components, envs/neuron.txt and the cloned fork's requirements.txt
+    """The release's hash lock from its pip components, workflow/envs/neuron.txt and the cloned fork's requirements.txt
     and pyproject.toml (its own dependencies): every package pinned with the sha256 of each of its files on the
-    indexes (pip-tools, as envs/cpu.lock); run on the instance after the install, and commit the lock: the
+    indexes (pip-tools, as workflow/envs/cpu.lock); run on the instance after the install, and commit the lock: the
     next install takes it (install_steps)."""
     fork = [str(project / FORK_CLONE / name) for name in ("requirements.txt", "pyproject.toml")
             if (project / FORK_CLONE / name).is_file()]
@@ -463,7 +463,7 @@ def git_head(folder: Path) -> str | None:
 
 
 def release_pins(stack: NeuronStack) -> dict[str, Any]:
-    """The release's pip components and the fork as pins beside envs/neuron.txt's ({name: Pin}): the stages
+    """The release's pip components and the fork as pins beside workflow/envs/neuron.txt's ({name: Pin}): the stages
     take their stamps as on cpu, so a release whose torch-neuronx (say) moved reruns what runs it. An
     unrecorded version is the pin UNRECORDED, which admits nothing."""
     from .pins import Pin

@@ -13,7 +13,7 @@ from .trainer_run import LAUNCH_RECORD
 PACKAGE = Path(__file__).resolve().parent
 SCRIPTS = PACKAGE.parent  # the package's import root: what relaunches and other torchtitans put on PYTHONPATH
 WORKFLOW = SCRIPTS.parent  # workflow/: the schemas, the resources that ship with the pilot
-PROJECT = WORKFLOW.parent  # the project root: Snakefile, config/, envs/
+PROJECT = WORKFLOW.parent  # the project root: config/, profiles/, workflow/ (the Snakefile, its rules, envs)
 
 
 @dataclass(frozen=True)

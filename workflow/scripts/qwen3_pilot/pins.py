@@ -1,5 +1,5 @@
-"""Pins per backend (envs/<backend>.txt) and the hash lock made from them (envs/<backend>.lock), against
-what is installed.
+"""Pins per backend (workflow/envs/<backend>.txt) and the hash lock made from them (workflow/envs/<backend>.lock),
+against what is installed.
 
 Each tracked package gets its own stamp (rule `pin_package`), so a bump of one pin re-runs only the
 stages that take that package's stamp as input (and fetch_weights' consumers only when the bytes it fetches

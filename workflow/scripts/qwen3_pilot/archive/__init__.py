@@ -166,14 +166,14 @@ def tls_warnings(settings: dict[str, Any]) -> list[str]:
 def pilot_config(config: dict[str, Any]) -> dict[str, Any]:
     """The config without `archive`: what the report records and digests. Where a finished run is copied is
     not part of the run, so `snakemake archive --config archive=...` must not rerun (and re-date) the report
-    it archives (rules/report.smk's params and the failed-run report use this)."""
+    it archives (workflow/rules/report.smk's params and the failed-run report use this)."""
     return {key: value for key, value in config.items() if key != KEY}
 
 
 def archive_failed_alone(results: Path, run_started: str) -> bool:
     """Whether the archive is the only stage that failed in the invocation that began at `run_started` (its
     failure record is results/failures/archive.json): the pilot's report then stays as it was, instead of
-    being replaced by a failed-run report (rules/common.smk, write_failed_report)."""
+    being replaced by a failed-run report (workflow/rules/common.smk, write_failed_report)."""
     records = [json.loads(p.read_text()) for p in (Path(results) / "failures").glob("*.json")]
     failed = {record["stage"] for record in records if record["ended"] >= run_started}
     return failed == {KEY}
@@ -245,7 +245,8 @@ def open_destination(settings: dict[str, Any], run_key: str, workflow_dir: Path,
             from .s3 import S3Destination
         except ImportError as error:
             raise ArchiveError(f"{KEY}.destination = {settings['destination']!r} needs Snakemake's S3 storage "
-                               f"plugin (snakemake-storage-plugin-s3, pinned in envs/cpu.txt): {error}") from None
+                               f"plugin (snakemake-storage-plugin-s3, pinned in workflow/envs/cpu.txt): {error}"
+                               ) from None
         return S3Destination(settings, run_key, scratch)
     root = (workflow_dir / settings["destination"]).resolve()
     inside = [name for name in ("results", "logs", "benchmarks", "signoffs")

@@ -34,10 +34,11 @@ def report_caveat(figures: dict[str, dict[str, Any]]) -> None:
     """No first-line caveat: the page reports what ran on the trn2."""
     return None
 
-# The Neuron driver, runtime, collectives and tools (neuron-ls) packages, as AWS's SDK 2.33.0 component list
-# names them (envs/neuron-sdk/<release>.toml [system] and [tools], workflow/resources/neuron/sdk-2.33.0-components.md;
-# tests/backends/test_neuron_backend.py holds the two to each other); the same names in
-# AWS's apt (Ubuntu) and yum (Amazon Linux 2023) repositories (AWS's manual-install pages for each OS).
+# The Neuron driver, runtime, collectives and tools (neuron-ls) packages, as AWS's SDK 2.33.0 component list names
+# them (workflow/envs/neuron-sdk/<release>.toml [system] and [tools],
+# workflow/resources/neuron/sdk-2.33.0-components.md; tests/backends/test_neuron_backend.py holds the two to each
+# other); the same names in AWS's apt (Ubuntu) and yum (Amazon Linux 2023) repositories (AWS's manual-install pages
+# for each OS).
 NEURON_SYSTEM_PACKAGES = (
     "aws-neuronx-dkms", "aws-neuronx-runtime-lib", "aws-neuronx-collectives", "aws-neuronx-tools",
 )
@@ -434,7 +435,7 @@ def import_torch_neuronx() -> None:
     except ImportError as error:
         raise ImportError(
             f"the neuron backend needs torch_neuronx (torch-neuronx from AWS's Neuron repository, "
-            f"envs/neuron.txt): {error}"
+            f"workflow/envs/neuron.txt): {error}"
         ) from error
 
 
@@ -530,7 +531,7 @@ def install_kernels(lnc: int) -> dict[str, str]:
             else:
                 importlib.import_module(module)
         except ImportError as error:
-            missing.append(f"{module} ({package}, from AWS's Neuron repository, envs/neuron.txt): {error}")
+            missing.append(f"{module} ({package}, from AWS's Neuron repository, workflow/envs/neuron.txt): {error}")
     if missing:
         raise ImportError(problem_list("the neuron kernels cannot be installed; missing", missing))
     from ..titan.kernels.rope import register_neuron_kernel

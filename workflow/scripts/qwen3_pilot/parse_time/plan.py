@@ -1,5 +1,5 @@
 """The invocation's plan: the jobs Snakemake is about to run and its reason for each, recorded in Snakemake's own
-process when the run starts (onstart, rules/common.smk), read by the report ("ran in this invocation, and
+process when the run starts (onstart, workflow/rules/common.smk), read by the report ("ran in this invocation, and
 why": changes.stage_runs), removed when the run ends."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ launch or compute, and write the stage's summary; the logic they call lives in t
 modules, with unit tests. Code that runs inside torchrun's ranks is in qwen3_pilot.titan.in_ranks.
 
 The stage list lives here, once: the pilot's stages in order with their titles, what each consumes, which jobs
-are which stage, and which stages a config skips. Torch-free and read at parse time (rules/common.smk).
+are which stage, and which stages a config skips. Torch-free and read at parse time (workflow/rules/common.smk).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("moe_reduced", "Train the reduced MoE ({moe[layers]} layers, {moe[experts]} experts, top-{moe[top_k]})"),
     ("benchmark", "Warm-up and steady-state benchmarks"),
 )
-# What each stage consumes from the others (rules/*.smk; pin_env stands for its per-package stamps). A test
+# What each stage consumes from the others (workflow/rules/*.smk; pin_env stands for its per-package stamps). A test
 # checks it against Snakemake's own job graph.
 UPSTREAM: dict[str, tuple[str, ...]] = {
     "pin_env": (),

@@ -34,7 +34,7 @@ def run(
         {"path": f"{out_dir}/{f['path']}", "bytes": f["bytes"], "sha256": f["sha256"]} for f in manifest["files"]
     ]
     # The content record the consumers read (artifacts.PRODUCER_RECORDS): the same bytes whenever the same
-    # files are fetched, so a refetch that changes none reruns no consumer (rules/common.smk,
+    # files are fetched, so a refetch that changes none reruns no consumer (workflow/rules/common.smk,
     # get_fetched_weights). Nothing about this run goes in it.
     write_recorded_json(manifest_path, {"stage": "fetch_weights", **manifest, "fixture": fixture,
                                         "artifacts": checkpoint_files})

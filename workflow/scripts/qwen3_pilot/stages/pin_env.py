@@ -28,7 +28,7 @@ def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
 
     installed = installed_version(package)
     if pinned == UNRECORDED:
-        raise PinError(f"{package}: the Neuron SDK release file (envs/neuron-sdk/) records no version for it "
+        raise PinError(f"{package}: the Neuron SDK release file (workflow/envs/neuron-sdk/) records no version for it "
                        f"({UNRECORDED}); this environment has {installed}: check that against AWS's release notes "
                        "for the release and write it there")
     row = check_pin(Pin(package, pinned), installed)
@@ -59,7 +59,8 @@ def run_os_package(package: str, pinned: str, out: Path, project: Path | None = 
         shipping = releases_carrying({package: installed}, stacks)
         hint = (f"{installed} is SDK {', '.join(shipping)}'s: {switch_fix(shipping[-1])}, or "
                 "launch the chosen release's DLAMI" if shipping else
-                f"no release recorded in envs/neuron-sdk/ ({', '.join(s.release for s in stacks)}) ships {installed}"
+                f"no release recorded in workflow/envs/neuron-sdk/ ({', '.join(s.release for s in stacks)}) ships "
+                f"{installed}"
                 + ("; the chosen release's version is unrecorded: check the installed one against AWS's release "
                    "notes and write it into its file" if pinned == UNRECORDED else ""))
         raise PinError(f"OS package {package}: the Neuron SDK release pins {pinned}, this instance has {installed}: "
@@ -70,7 +71,7 @@ def run_os_package(package: str, pinned: str, out: Path, project: Path | None = 
 
 def check_lock(lock_file: Path | None, installed: dict[str, str] | None = None,
                unlocked: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Every installed distribution against the hash lock (envs/<backend>.lock): its digest, and a PinError
+    """Every installed distribution against the hash lock (workflow/envs/<backend>.lock): its digest, and a PinError
     with the table of each package that differs. No lock (the neuron backend, locked on the instance): the
     record says the environment is unlocked."""
     from ..artifacts import sha256_file

@@ -2,7 +2,7 @@
 torchtitan before a trainer starts.
 
 A version string says nothing about the API: the aws-neuron torchtitan fork reports "0.2.2+neuron.1"
-(envs/neuron-sdk/), and upstream has reported "0.2.2" from 2026-02-20 (73a0e6979, #2412), three days before
+(workflow/envs/neuron-sdk/), and upstream has reported "0.2.2" from 2026-02-20 (73a0e6979, #2412), three days before
 its config refactor, through at least 2026-08-21, while fields the recipes set arrived in between. So the
 check looks for each name itself.
 
@@ -371,7 +371,8 @@ def config_api_problem() -> str | None:
         return (f"the installed torchtitan ({installed_torchtitan()}) predates upstream's config refactor of "
                 "2026-02-23 (9810191bb, #2386): it is configured by TOML files (torchtitan.config.job_config), and the "
                 "recipes here are Python config functions for --module/--config (torchtitan.trainer.Trainer.Config). "
-                "Install torchtitan 0.3.0 (envs/cpu.txt) or the TorchTitan Neuron fork (envs/neuron-sdk/).")
+                "Install torchtitan 0.3.0 (workflow/envs/cpu.txt) or the TorchTitan Neuron fork "
+                "(workflow/envs/neuron-sdk/).")
     return None
 
 

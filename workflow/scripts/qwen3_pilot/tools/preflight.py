@@ -538,7 +538,7 @@ def fork_check(fork: str, ref: str, upstream: str, work: Path) -> dict[str, Any]
 
 
 def install_plan(project: Path, release: str, published: Path = PUBLISHED_COMPONENTS) -> dict[str, Any]:
-    """The SDK release config neuron.sdk names: envs/neuron.txt pins none of its components and not the fork,
+    """The SDK release config neuron.sdk names: workflow/envs/neuron.txt pins none of its components and not the fork,
     and its file's versions match AWS's published component list where one is recorded
     (`published`/sdk-<release>-components.md); what is unrecorded is listed."""
     from ..neuron_stack import PINS_FILE, UNRECORDED, components_problems, pin_problems, read_release

@@ -11,7 +11,7 @@ rule report:
     output:
         html=report(
             "results/report.html",
-            caption="../workflow/report/report.rst",
+            caption="../report/report.rst",
             category="Pilot",
         ),
         json="results/report.json",
@@ -26,7 +26,7 @@ rule report:
         config_digest=config_digest(pilot_config(config)),
         backend=BACKEND,
     script:
-        "../workflow/scripts/report.py"
+        "../scripts/report.py"
 
 
 # The report tells which stages this invocation ran and why, from Snakemake's own plan.

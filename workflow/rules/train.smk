@@ -41,7 +41,7 @@ rule train:
             "{wildcards.stage}", "qwen3_pilot.titan.in_ranks.train_entry"
         )
     script:
-        "../workflow/scripts/train.py"
+        "../scripts/train.py"
 
 
 # A stage's measured figures held to the thresholds it is judged by (config.stage_judging: the
@@ -68,7 +68,7 @@ rule judge:
         code=get_code("judge.py"),
         judging=get_judging,
     script:
-        "../workflow/scripts/judge.py"
+        "../scripts/judge.py"
 
 
 # Same weights, same first batch: the two recipes must agree on the step-1 loss. Two records compared: it runs
@@ -95,7 +95,7 @@ rule compare_recipes:
         tolerance=config["training"]["recipe_agreement_tolerance"],
         backend=BACKEND,
     script:
-        "../workflow/scripts/compare_recipes.py"
+        "../scripts/compare_recipes.py"
 
 
 # Each recipe's HF export at its last step, completed and reloaded with transformers; runs on the host CPU
@@ -131,7 +131,7 @@ rule export_reload:
         seed=config["training"]["seed"],
         backend=BACKEND,
     script:
-        "../workflow/scripts/export_reload.py"
+        "../scripts/export_reload.py"
 
 
 # The reduced MoE: Qwen3-30B-A3B's architecture, 4 layers, 64 experts, top-4, from random init, with its
@@ -164,7 +164,7 @@ rule moe_reduced:
     message:
         get_launch_message("moe_reduced", "qwen3_pilot.titan.in_ranks.train_entry")
     script:
-        "../workflow/scripts/moe_reduced.py"
+        "../scripts/moe_reduced.py"
 
 
 # RoPE and MoE-experts kernels against torchtitan's PyTorch modules; the replaced model trains and compiles.
@@ -186,4 +186,4 @@ rule kernel_numerics:
         backend=get_backend_config(),
         settings=stage_measuring(config, "kernel_numerics"),
     script:
-        "../workflow/scripts/kernel_numerics.py"
+        "../scripts/kernel_numerics.py"

@@ -1,4 +1,4 @@
-# Stage pin_env: the installed versions against envs/<backend>.txt.
+# Stage pin_env: the installed versions against workflow/envs/<backend>.txt.
 
 
 # One stamp per pinned package. Its params hold only that package's pin and installed version, so
@@ -25,7 +25,7 @@ rule pin_package:
         installed=get_installed,
         source=get_source,
     script:
-        "../workflow/scripts/pin_package.py"
+        "../scripts/pin_package.py"
 
 
 # One stamp per OS package of the Neuron SDK release (driver, runtime, collectives, tools), on an instance (the
@@ -48,7 +48,7 @@ rule pin_os_package:
         pinned=get_os_pin,
         installed=get_os_installed,
     script:
-        "../workflow/scripts/pin_os_package.py"
+        "../scripts/pin_os_package.py"
 
 
 # The whole environment for the report: every pin, Python, the platform and, on neuron, the driver,
@@ -74,4 +74,4 @@ rule pin_env:
         pins_file=PINS_FILE,
         sdk_release=get_sdk_release(),
     script:
-        "../workflow/scripts/pin_env.py"
+        "../scripts/pin_env.py"

@@ -25,7 +25,7 @@ rule fetch_corpus:
         data=config["data"],
         backend=BACKEND,
     script:
-        "../workflow/scripts/fetch_corpus.py"
+        "../scripts/fetch_corpus.py"
 
 
 # cpu backend: a tokenizer trained on the corpus and a tiny Qwen3 briefly pretrained on it, published
@@ -53,7 +53,7 @@ rule fixture_checkpoint:
         revision=config["weights"]["revision"],
         backend=BACKEND,
     script:
-        "../workflow/scripts/fixture_checkpoint.py"
+        "../scripts/fixture_checkpoint.py"
 
 
 # The checkpoint both recipes start from, through huggingface_hub, checked file by file. A Snakemake
@@ -82,4 +82,4 @@ checkpoint fetch_weights:
         offline=USES_FIXTURE,
         backend=BACKEND,
     script:
-        "../workflow/scripts/fetch_weights.py"
+        "../scripts/fetch_weights.py"

@@ -26,4 +26,4 @@ rule verify_ranks:
     message:
         get_launch_message("verify_ranks", "qwen3_pilot.titan.in_ranks.rank_worker")
     script:
-        "../workflow/scripts/verify_ranks.py"
+        "../scripts/verify_ranks.py"

@@ -1,6 +1,6 @@
 # Stage benchmark: warm-up and steady state apart, eager against compiled (cold and warm compile cache),
 # replaced kernels against plain, per configured recipe (config benchmark): measured.json, which rule judge
-# (rules/train.smk) flags noisy and prices (benchmark.noisy_cv, cost, price_per_hour) without measuring again.
+# (train.smk) flags noisy and prices (benchmark.noisy_cv, cost, price_per_hour) without measuring again.
 
 
 rule benchmark:
@@ -30,4 +30,4 @@ rule benchmark:
     message:
         get_launch_message("benchmark", "qwen3_pilot.titan.in_ranks.train_entry")
     script:
-        "../workflow/scripts/benchmark.py"
+        "../scripts/benchmark.py"

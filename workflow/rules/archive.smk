@@ -22,7 +22,7 @@ rule archive_copy:
         code=get_code("archive_copy.py"),
         settings=config["archive"],
     script:
-        "../workflow/scripts/archive_copy.py"
+        "../scripts/archive_copy.py"
 
 
 # Step 2: every copied file read back from the destination and its sha256 compared with the source's; on a
@@ -42,4 +42,4 @@ rule archive:
     params:
         code=get_code("archive.py"),
     script:
-        "../workflow/scripts/archive.py"
+        "../scripts/archive.py"

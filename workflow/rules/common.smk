@@ -4,8 +4,11 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+# The project folder: the Snakefile lies in its workflow/ (the catalog's layout), and the paths below are the
+# project's.
+PROJECT_DIR = Path(workflow.basedir).parent
 # The stage logic is a package beside the scripts; `make` installs it, this covers a bare checkout.
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
+sys.path.insert(0, str(PROJECT_DIR / "workflow" / "scripts"))
 
 from qwen3_pilot.archive import pilot_config
 from qwen3_pilot.artifacts import now_iso
@@ -33,7 +36,7 @@ from qwen3_pilot.stages import STAGES, UPSTREAM, downstream_of, skipped_stages
 from qwen3_pilot.unlock import stale_lock_note
 
 check_renamed_keys(config)
-validate(config, schema="../workflow/schemas/config.schema.yaml")
+validate(config, schema="../schemas/config.schema.yaml")
 resolve_config(config)
 
 BACKEND = config["backend"]
@@ -44,21 +47,21 @@ RUN_STARTED = now_iso()
 if (
     workflow.is_main_process
     and "--unlock" not in sys.argv
-    and (STALE_LOCK := stale_lock_note(Path(workflow.basedir)))
+    and (STALE_LOCK := stale_lock_note(PROJECT_DIR))
 ):
     print(STALE_LOCK, file=sys.stderr)
-PINS_FILE = f"envs/{BACKEND}.txt"
-PINS = read_pins(Path(workflow.basedir) / PINS_FILE)
+PINS_FILE = f"workflow/envs/{BACKEND}.txt"
+PINS = read_pins(PROJECT_DIR / PINS_FILE)
 # Every package of the environment with its hashes (make lock); the neuron backend's is the SDK release's, made
 # on an instance.
-LOCK_FILE = f"envs/{BACKEND}.lock"
+LOCK_FILE = f"workflow/envs/{BACKEND}.lock"
 # OS packages a stage depends on, {name: the release's version}; the stages that run on the device depend on
 # DEVICE_PACKAGES too, and verify_ranks on RANK_CHECK_PACKAGES (neuron-ls). None of them exists on cpu.
 OS_PINS, DEVICE_PACKAGES, RANK_CHECK_PACKAGES = {}, (), ()
 if BACKEND == "neuron":
     # The SDK release's file pins its pip components, OS packages and the TorchTitan Neuron fork (git, no index).
     try:
-        NEURON_STACK = read_release(config["neuron"]["sdk"], Path(workflow.basedir))
+        NEURON_STACK = read_release(config["neuron"]["sdk"], PROJECT_DIR)
     except StackError as error:
         raise ValueError(str(error)) from None
     PINS = {**PINS, **release_pins(NEURON_STACK)}
@@ -69,7 +72,7 @@ if BACKEND == "neuron":
 
 
 def get_lock_file():
-    return [LOCK_FILE] if (Path(workflow.basedir) / LOCK_FILE).exists() else []
+    return [LOCK_FILE] if (PROJECT_DIR / LOCK_FILE).exists() else []
 
 
 # Used with --use-conda only; the same pins, so both setups run the same software.
@@ -341,7 +344,7 @@ def get_code(script):
     relies on (pilot_report.build_failed_report dates that report 1970 so that the next run rebuilds it).
     """
     return stage_code(
-        Path(workflow.basedir) / "workflow" / "scripts" / script, BACKEND, CODE_CACHE
+        PROJECT_DIR / "workflow" / "scripts" / script, BACKEND, CODE_CACHE
     ).digest
 
 
@@ -351,8 +354,7 @@ def get_report_page_templates():
     so that a copy of the folder keeps its report."""
     templates = Path("workflow") / "scripts" / "qwen3_pilot" / "templates"
     return sorted(
-        str(templates / t.name)
-        for t in (Path(workflow.basedir) / templates).glob("*.j2")
+        str(templates / t.name) for t in (PROJECT_DIR / templates).glob("*.j2")
     )
 
 
@@ -374,7 +376,7 @@ def write_failed_report():
         failed_report = build_failed_report(
             config=pilot_config(config),
             config_digest=config_digest(pilot_config(config)),
-            workflow_dir=Path(workflow.basedir),
+            workflow_dir=PROJECT_DIR,
             results=Path("results"),
             run_started=RUN_STARTED,
         )
