@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import output, run_snakemake, set_archive
+from conftest import AHEAD_ENV, output, run_snakemake, set_archive, started_ahead
 
 from qwen3_pilot import archive
 from qwen3_pilot.archive import MANIFEST, ArchiveError
@@ -336,35 +337,48 @@ def test_read_back_names_each_missing_or_changed_file_with_both_digests(run_dir,
 # --- S3 on loopback (moto) --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def s3_server():
-    """moto's S3-compatible server on 127.0.0.1, on a free port."""
+@contextmanager
+def moto_server():
+    """moto's S3-compatible server on 127.0.0.1, on a free port, for the block: its endpoint URL."""
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
-    host, port = server.get_host_and_port()
-    assert host == "127.0.0.1"
-    yield f"http://{host}:{port}"
-    server.stop()
+    try:
+        host, port = server.get_host_and_port()
+        assert host == "127.0.0.1"
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+def dummy_aws_env(folder: Path) -> dict[str, str]:
+    """Dummy credentials in the usual AWS environment variables, and AWS files that do not exist (in `folder`)
+    instead of the machine's."""
+    return {"AWS_ACCESS_KEY_ID": ACCESS_KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
+            "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials"), "NO_PROXY": "127.0.0.1,localhost"}
 
 
 @pytest.fixture
 def aws_env(monkeypatch, tmp_path):
-    """Dummy credentials in the usual AWS environment variables, and no AWS files of the machine's."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    """dummy_aws_env in this process's environment, and no AWS profile."""
+    for name, value in dummy_aws_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
 
 
-def s3_client(endpoint: str):
+def s3_client(endpoint: str, **credentials: str):
+    """A client of the server at `endpoint`, with `credentials` (aws_access_key_id, ...) or the environment's."""
     import boto3
 
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **credentials)
 
 
 @pytest.fixture
@@ -494,12 +508,14 @@ def archived_run(ws: Path) -> dict:
     return json.loads((ws / "results" / "archive" / "copied.json").read_text())
 
 
-@pytest.mark.e2e
-def test_snakemake_archive_to_a_local_folder_and_a_corrupted_file_fails_the_read_back(copy_of_run, tmp_path):
-    destination = tmp_path / "archive"
+# The `snakemake archive` runs on a copy of the finished run are started_ahead bodies: each is a few Snakemake
+# processes that would otherwise run one after another at the end of the session, on one core.
+@started_ahead
+def test_snakemake_archive_to_a_local_folder_and_a_corrupted_file_fails_the_read_back(copy_of_run, scratch):
+    destination = scratch / "archive"
     destination.mkdir()
     set_archive(copy_of_run, destination=str(destination))
-    result = run_snakemake(copy_of_run, "--cores", "1", "archive")
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive", env=AHEAD_ENV)
     assert result.returncode == 0, output(result)[-6000:]
     record = archived_run(copy_of_run)
     folder = destination / record["run_key"]
@@ -515,7 +531,7 @@ def test_snakemake_archive_to_a_local_folder_and_a_corrupted_file_fails_the_read
 
     corrupted = "results/export_reload/hf/config.json"
     (folder / corrupted).write_text("{}\n")
-    result = run_snakemake(copy_of_run, "--cores", "1", "archive", "--forcerun", "archive")
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive", "--forcerun", "archive", env=AHEAD_ENV)
     assert result.returncode != 0
     source = sha256_file(copy_of_run / corrupted)
     assert f"{corrupted}: sha256 at source {source}, read back from {folder}" in output(result)
@@ -536,10 +552,20 @@ def test_snakemake_archive_refuses_a_link_out_of_the_project_and_copies_nothing(
     assert holding(destination, OUTSIDE_SECRET) == [] and holding(copy_of_run / "logs", OUTSIDE_SECRET) == []
 
 
-@pytest.mark.e2e
-def test_snakemake_archive_to_s3_on_loopback_and_a_corrupted_object_fails_the_read_back(copy_of_run, bucket, s3_server):
-    set_archive(copy_of_run, destination=f"s3://{BUCKET}/pilot", endpoint_url=s3_server)
-    result = run_snakemake(copy_of_run, "--cores", "1", "archive")
+@started_ahead
+def test_snakemake_archive_to_s3_on_loopback_and_a_corrupted_object_fails_the_read_back(copy_of_run, scratch):
+    """moto's server and its bucket made here (a body takes no fixtures), the dummy credentials handed to
+    Snakemake's environment and to the test's own client rather than set in this process's (aws_env)."""
+    env = {**{k: v for k, v in AHEAD_ENV.items() if k != "AWS_PROFILE"}, **dummy_aws_env(scratch)}
+    with moto_server() as endpoint:
+        bucket = s3_client(endpoint, aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_KEY)
+        bucket.create_bucket(Bucket=BUCKET)
+        archive_to_s3_and_corrupt_an_object(copy_of_run, endpoint, bucket, env)
+
+
+def archive_to_s3_and_corrupt_an_object(copy_of_run: Path, endpoint: str, bucket, env: dict[str, str]) -> None:
+    set_archive(copy_of_run, destination=f"s3://{BUCKET}/pilot", endpoint_url=endpoint)
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive", env=env)
     assert result.returncode == 0, output(result)[-6000:]
     record = archived_run(copy_of_run)
     key = f"pilot/{record['run_key']}/{MANIFEST}"
@@ -550,7 +576,7 @@ def test_snakemake_archive_to_s3_on_loopback_and_a_corrupted_object_fails_the_re
 
     corrupted = "results/report.json"
     bucket.put_object(Bucket=BUCKET, Key=f"pilot/{record['run_key']}/{corrupted}", Body=b"{}")
-    result = run_snakemake(copy_of_run, "--cores", "1", "archive", "--forcerun", "archive")
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive", "--forcerun", "archive", env=env)
     assert result.returncode != 0
     assert (f"{corrupted}: sha256 at source {record['report']['sha256']}, read back from "
             f"s3://{BUCKET}/pilot/{record['run_key']}") in output(result)
@@ -558,18 +584,18 @@ def test_snakemake_archive_to_s3_on_loopback_and_a_corrupted_object_fails_the_re
         assert SECRET_KEY not in path.read_text() and ACCESS_KEY_ID not in path.read_text()
 
 
-@pytest.mark.e2e
-def test_archiving_neither_reruns_nor_replaces_the_report_it_archives(copy_of_run, tmp_path):
-    destination = tmp_path / "archive"
+@started_ahead
+def test_archiving_neither_reruns_nor_replaces_the_report_it_archives(copy_of_run, scratch):
+    destination = scratch / "archive"
     destination.mkdir()
     report = (copy_of_run / "results" / "report.json").read_bytes()
     set_archive(copy_of_run, destination=str(destination))
-    result = run_snakemake(copy_of_run, "--cores", "1", "archive")
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive", env=AHEAD_ENV)
     assert result.returncode == 0, output(result)[-6000:]
     assert (copy_of_run / "results" / "report.json").read_bytes() == report  # not rerun for a destination
     record = archived_run(copy_of_run)
     (destination / record["run_key"] / "results" / "report.html").write_text("corrupted")
-    result = run_snakemake(copy_of_run, "--cores", "1", "archive", "--forcerun", "archive")
+    result = run_snakemake(copy_of_run, "--cores", "1", "archive", "--forcerun", "archive", env=AHEAD_ENV)
     assert result.returncode != 0 and "results/report.html: sha256 at source" in output(result)
     # The archive's failure is not the pilot's: no failed-run report replaces the one that was archived.
     assert (copy_of_run / "results" / "report.json").read_bytes() == report
