@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from qwen3_pilot.recipe_registry import RECIPES
+
 PROJECT = Path(__file__).resolve().parents[1]
 # The corpus that ships with the pilot (config/config.yaml data.path): every test that reads a corpus reads it.
 CORPUS = PROJECT / yaml.safe_load((PROJECT / "config" / "config.yaml").read_text())["data"]["path"]
@@ -412,7 +414,7 @@ class PipelineRun:
 
 # The stages the relaunch tests read (their recorded launches), run first in the shared run: those tests then
 # run while the rest of the DAG does (`trained_run`).
-TRAINING_STAGES = ("train_native", "train_hf", "moe_reduced")
+TRAINING_STAGES = tuple(recipe.stage for recipe in RECIPES)
 FIRST = ["--prioritize", *(f"results/{stage}/summary.json" for stage in TRAINING_STAGES)]
 
 

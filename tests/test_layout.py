@@ -168,3 +168,49 @@ def test_nothing_a_run_writes_is_tracked_or_left_unignored_by_git():
     tracked = subprocess.run(["git", "ls-files", "--", *{path.split("/")[0] for path in written}], cwd=PROJECT,
                              capture_output=True, text=True, check=True).stdout.split()
     assert tracked == []
+
+
+def recipe_names() -> set[str]:
+    """Every recipe's stage name and config function (qwen3_pilot.recipe_registry)."""
+    from qwen3_pilot.recipe_registry import RECIPES
+
+    return {recipe.stage for recipe in RECIPES} | {recipe.config_function for recipe in RECIPES}
+
+
+def recipe_tables(source: str) -> list[str]:
+    """The tuple, list, set and dict literals in Python `source` that list recipes by hand: two or more recipe
+    names (recipe_names) and nothing else."""
+    names = recipe_names()
+    tables = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            elements = node.elts
+        elif isinstance(node, ast.Dict):
+            elements = [*node.keys, *node.values]
+        else:
+            continue
+        strings = [e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if len(strings) >= 2 and len(strings) == len(elements) and set(strings) <= names:
+            tables.append(ast.unparse(node))
+    return tables
+
+
+def test_the_reader_finds_a_hand_made_recipe_table():
+    assert recipe_tables('STAGES = ("train_native", "train_hf")\nx = {"qwen3_hf": "train_hf"}\n') == [
+        "('train_native', 'train_hf')", "{'qwen3_hf': 'train_hf'}"]
+    assert recipe_tables('JUDGED = ("train_hf", "export_reload")\nONE = ("train_hf",)\n') == []
+
+
+def test_the_recipes_are_listed_once_in_their_registry():
+    """qwen3_pilot/recipe_registry.py is the one list of recipes: no module of the package, rule file or test helper
+    lists them again (every such list is derived from RECIPES)."""
+    registry = PACKAGE / "recipe_registry.py"
+    sources = [p for p in PACKAGE.rglob("*.py") if p != registry] + [PROJECT / "tests" / "conftest.py"]
+    found = {str(p.relative_to(PROJECT)): tables for p in sources if (tables := recipe_tables(p.read_text()))}
+    # The rule files are Snakemake, not Python: two quoted recipe names in a row.
+    name = "|".join(re.escape(n) for n in sorted(recipe_names()))
+    pair = re.compile(rf'"(?:{name})"\s*,\s*"(?:{name})"')
+    for rules in (PROJECT / "workflow" / "rules").glob("*.smk"):
+        if pairs := pair.findall(rules.read_text()):
+            found[str(rules.relative_to(PROJECT))] = pairs
+    assert found == {}

@@ -94,7 +94,8 @@ def test_a_native_training_run_spans_the_two_hosts(two_hosts, trained_run, tmp_p
     hosts: the stage's random-init control is the same launcher with another recipe (the shared run has it). The
     hosts' variables reach the launch as its own environment, not os.environ: started_ahead bodies relaunch
     meanwhile, and a rank of theirs given GLOO_SOCKET_IFNAME=pilot0 would find no such interface."""
-    from qwen3_pilot.training import CONFIG_FUNCTIONS, launch_and_read, ranks_peak_flops, trainer_run
+    from qwen3_pilot.recipe_registry import recipe_of
+    from qwen3_pilot.training import launch_and_read, ranks_peak_flops, trainer_run
 
     config = default_config(SMALL, {"nodes": 2, "ranks": 1})
     _, backend = two_node_backend(tmp_path, 29512)
@@ -107,9 +108,10 @@ def test_a_native_training_run_spans_the_two_hosts(two_hosts, trained_run, tmp_p
         peak_flops_per_rank=ranks_peak_flops(results / "verify_ranks" / "summary.json"),
         parity_path=out / "parity.json",
     )
-    launch, steps = launch_and_read("train_native", backend, trainer, config_function=CONFIG_FUNCTIONS["train_native"],
-                               recipe_path=out / "recipe.json", run_dir=out / "run",
-                               log_path=tmp_path / "train_native.log", extra_env=two_hosts)
+    launch, steps = launch_and_read("train_native", backend, trainer,
+                                    config_function=recipe_of("train_native").config_function,
+                                    recipe_path=out / "recipe.json", run_dir=out / "run",
+                                    log_path=tmp_path / "train_native.log", extra_env=two_hosts)
     assert [step["step"] for step in steps] == [1, 2, 3] and backend.expected_ranks == 2
     assert config["training"]["global_batch_size"] == 2  # one sequence per rank, over both nodes
     recorded = (out / "run" / "launch.json").read_text()

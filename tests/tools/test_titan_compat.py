@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import started_ahead
 
-from qwen3_pilot.tools.titan_compat import INSTALLED, RECIPE_STAGES, Torchtitan, markdown, matrix
+from qwen3_pilot.recipe_registry import RECIPES
+from qwen3_pilot.tools.titan_compat import INSTALLED, Torchtitan, markdown, matrix
 
 WHEEL = os.environ.get("TORCHTITAN_0_2_2_WHEEL")
 
@@ -21,7 +22,7 @@ def test_0_3_0_trains_every_recipe_and_0_2_2_is_refused(trained_run, _):
     """(In the background: three launches and two API probes, about 55 CPU-seconds.)"""
     if not WHEEL:
         pytest.skip("TORCHTITAN_0_2_2_WHEEL names no wheel (.ci/run downloads torchtitan 0.2.2)")
-    stages = [trained_run / "results" / stage for stage in RECIPE_STAGES.values()]
+    stages = [trained_run / "results" / recipe.stage for recipe in RECIPES]
     before = {path: path.read_bytes() for stage in stages for path in stage.rglob("*") if path.is_file()}
     rows = matrix(trained_run, [Torchtitan(INSTALLED, None), Torchtitan("pypi-0.2.2", Path(WHEEL))], steps=2)
     # The relaunches wrote nothing into the stages' own folders (the MoE's router load included).
@@ -37,7 +38,7 @@ def test_0_3_0_trains_every_recipe_and_0_2_2_is_refused(trained_run, _):
                                                             "predates upstream's config refactor")
     table = markdown(rows, 2)
     assert table.count("| works: trained ") == 3 and table.count("| fails: refused: ") == 3
-    assert len(table.splitlines()) == 4 + len(rows) and all(stage in table for stage in RECIPE_STAGES)
+    assert len(table.splitlines()) == 4 + len(rows) and all(recipe.config_function in table for recipe in RECIPES)
 
 
 def test_a_folder_without_a_finished_run_is_refused_naming_what_is_missing(tmp_path):

@@ -32,6 +32,7 @@ from qwen3_pilot.neuron_stack import (
 from qwen3_pilot.parse_time.code import CodeCache, stage_code
 from qwen3_pilot.paths import HERE
 from qwen3_pilot.pins import installed_version, read_pins
+from qwen3_pilot.recipe_registry import FROM_FETCHED_WEIGHTS, recipe_of
 from qwen3_pilot.stages import STAGES, UPSTREAM, downstream_of, skipped_stages
 from qwen3_pilot.unlock import stale_lock_note
 
@@ -250,16 +251,12 @@ def train_inputs(*packages):
     }
 
 
-MOE_PACKAGES = ("torch", "torchtitan", "tokenizers")
-TRAIN_PACKAGES = {
-    # The native recipe loads safetensors through torchtitan's state-dict adapter; no transformers.
-    "train_native": ("torch", "torchtitan", "safetensors", "tokenizers"),
-    "train_hf": ("torch", "torchtitan", "safetensors", "tokenizers", "transformers"),
-}
+# Rule train's stages: the recipes trained from the fetched weights (qwen3_pilot/recipe_registry.py).
+TRAIN_STAGES = [recipe.stage for recipe in FROM_FETCHED_WEIGHTS]
 
 
 def get_train_inputs(wildcards):
-    return train_inputs(*TRAIN_PACKAGES[wildcards.stage])
+    return train_inputs(*recipe_of(wildcards.stage).packages)
 
 
 def get_training(wildcards):
@@ -287,7 +284,7 @@ def get_benchmark_inputs():
     packages = {
         p
         for recipe in config["benchmark"]["recipes"]
-        for p in TRAIN_PACKAGES.get(recipe, MOE_PACKAGES)
+        for p in recipe_of(recipe).packages
     }
     return train_inputs(*sorted(packages))
 

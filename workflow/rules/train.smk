@@ -6,9 +6,9 @@
 
 
 # One rule for both 4B recipes: {stage} is train_hf or train_native. The pins each recipe depends on
-# (TRAIN_PACKAGES) and its kernel replacements (config kernels.<stage>) are per recipe, so a bump or a
-# kernel change reruns only the recipe that uses it. `plain` holds the run without kernel replacements, and
-# stays empty when the recipe has none.
+# (qwen3_pilot/recipe_registry.py) and its kernel replacements (config kernels.<stage>) are per recipe, so a bump or a
+# kernel change reruns only the recipe that uses it. `plain` holds the run without kernel replacements, and stays empty
+# when the recipe has none.
 rule train:
     input:
         unpack(get_fetched_weights),
@@ -24,7 +24,7 @@ rule train:
     benchmark:
         "benchmarks/{stage}.tsv"
     wildcard_constraints:
-        stage="|".join(TRAIN_PACKAGES),
+        stage="|".join(TRAIN_STAGES),
     conda:
         SOFTWARE_ENV
     threads: ALL_CORES
@@ -139,7 +139,7 @@ rule export_reload:
 rule moe_reduced:
     input:
         unpack(get_fetched_weights),
-        **train_inputs(*MOE_PACKAGES),
+        **train_inputs(*recipe_of("moe_reduced").packages),
     output:
         run=directory("results/moe_reduced/run"),
         plain=directory("results/moe_reduced/plain"),

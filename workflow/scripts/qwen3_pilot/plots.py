@@ -10,6 +10,8 @@ import base64
 import io
 from typing import Any
 
+from .recipe_registry import FROM_FETCHED_WEIGHTS
+
 
 def _pyplot():
     import matplotlib
@@ -51,8 +53,10 @@ def loss_series(stages: list[dict[str, Any]]) -> tuple[dict[str, list[tuple[int,
             plain = f"{name}: plain kernels (control)"
             curves[plain] = [(s["step"], s["loss_plain"]) for s in replacements["against_plain"]["steps"]]
             pairs.append((name, plain))
-    if "train_hf" in curves and "train_native" in curves:
-        pairs.insert(0, ("train_hf", "train_native"))
+    # The recipes trained from the same weights and batches, in name order (train_hf, train_native).
+    same_start = tuple(sorted(recipe.stage for recipe in FROM_FETCHED_WEIGHTS))
+    if all(name in curves for name in same_start):
+        pairs.insert(0, same_start)
     return curves, pairs
 
 

@@ -25,7 +25,6 @@ from .paths import RunFolder
 from .problems import problem_list
 from .trainer_run import LAUNCH_RECORD, METRICS_FILE, RECIPE_ENV, TrainerRun, TrainingError, export_dir
 
-CONFIG_FUNCTIONS = {"train_native": "qwen3_native", "train_hf": "qwen3_hf", "moe_reduced": "qwen3_moe_reduced"}
 # Beside a stage's recipe.json (its TrainerRun): the same run without kernel replacements, and the random-init
 # control.
 PLAIN_RECIPE = "recipe.plain.json"

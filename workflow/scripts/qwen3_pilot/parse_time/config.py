@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..problems import problem_list
+from ..recipe_registry import FROM_FETCHED_WEIGHTS
 
 NKI_ROPE_TILE = 128  # the NKI RoPE kernel tiles the sequence in blocks of 128 x LNC
 
@@ -184,7 +185,7 @@ def is_pinned_revision(revision: str) -> bool:
 TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "seed", "lr", "warmup_steps",
                 "mixed_precision_param", "export_dtype", "attention", "comm_init_timeout_s", "comm_train_timeout_s")
 # The stages whose runs are judged by the loaded-weights gate (its thresholds are theirs only).
-GATED_STAGES = ("train_native", "train_hf")
+GATED_STAGES = tuple(recipe.stage for recipe in FROM_FETCHED_WEIGHTS)
 # The stages that measure and leave their judging to rule judge (measured.json -> summary.json): a threshold,
 # tolerance or reason edit re-judges their figures without training or measuring again.
 JUDGED_STAGES = ("train_hf", "train_native", "moe_reduced", "export_reload", "kernel_numerics", "benchmark")

@@ -23,12 +23,12 @@ from ..benchmark_runs import (
     table_row,
     variants,
 )
+from ..recipe_registry import recipe_of
 from ..reduced_moe import model_spec, reduced_moe_changes
 from ..stage_progress import record_measured
 from ..titan.parity import read_checkpoint_values
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE
 from ..training import (
-    CONFIG_FUNCTIONS,
     launch_and_read,
     ranks_peak_flops,
     trainer_run,
@@ -66,7 +66,7 @@ def run(
                 spec = model_spec(moe, moe["width"], vocab_size, training["seq_len"])
                 trainer = trainer.replace(**reduced_moe_changes(spec, run_dir / ROUTER_LOAD_FILE))
             launch, steps = launch_and_read(
-                f"{STAGE} {name} ({variant})", backend, trainer, config_function=CONFIG_FUNCTIONS[name],
+                f"{STAGE} {name} ({variant})", backend, trainer, config_function=recipe_of(name).config_function,
                 recipe_path=recipe_path, run_dir=run_dir, log_path=log_path,
                 extra_env=compile_cache(backend, folder, variant), launch_name=launch_name,
             )

@@ -10,8 +10,10 @@ from typing import Any
 
 from ..hf_export import ExportError, check_export, key_set_problems, read_tensors
 from ..problems import problem_list
+from ..recipe_registry import FROM_FETCHED_WEIGHTS
 
-RECIPES = ("hf", "native")
+# Its name for each recipe trained from the fetched weights: the rule's inputs <name>, <name>_summary.
+RECIPES = tuple(recipe.export for recipe in FROM_FETCHED_WEIGHTS)
 
 
 def run(

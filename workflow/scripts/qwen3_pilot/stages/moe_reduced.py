@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from ..problems import problem_list
+from ..recipe_registry import recipe_of
 from ..reduced_moe import STAGE, model_spec, reduced_moe_changes, router_load
 from ..stage_progress import record_measured
 from ..titan.parity import read_checkpoint_values
 from ..trainer_run import METRICS_FILE, PARITY_FILE, ROUTER_LOAD_FILE, TrainingError
 from ..training import (
-    CONFIG_FUNCTIONS,
     PLAIN_RECIPE,
     launch_and_read,
     ranks_peak_flops,
@@ -53,8 +53,8 @@ def run(
         lnc=backend_config["neuron"]["lnc"],
     ).replace(**reduced_moe_changes(trained_spec, run_dir / ROUTER_LOAD_FILE))
     run, steps = launch_and_read(
-        STAGE, backend, trainer, config_function=CONFIG_FUNCTIONS[STAGE], recipe_path=recipe_path, run_dir=run_dir,
-        log_path=log_path,
+        STAGE, backend, trainer, config_function=recipe_of(STAGE).config_function, recipe_path=recipe_path,
+        run_dir=run_dir, log_path=log_path,
     )
     load, problems = router_load(run_dir / ROUTER_LOAD_FILE, training["global_batch_size"] * training["seq_len"],
                                  moe["top_k"])
@@ -64,8 +64,8 @@ def run(
     # The plain run records its router load elsewhere: it must not add to this run's.
     replacements = replaced_and_plain(
         STAGE, backend, trainer.replace(router_load_path=str((plain_dir / ROUTER_LOAD_FILE).resolve())),
-        config_function=CONFIG_FUNCTIONS[STAGE], recipe_path=recipe_path, run=run, steps=steps, plain_dir=plain_dir,
-        log_path=log_path, n_layers=moe["layers"],
+        config_function=recipe_of(STAGE).config_function, recipe_path=recipe_path, run=run, steps=steps,
+        plain_dir=plain_dir, log_path=log_path, n_layers=moe["layers"],
     )
     full_width_trained = trained_params == full_params
     measurement = StageMeasurement(

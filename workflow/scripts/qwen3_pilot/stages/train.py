@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from ..launch import Launch
+from ..recipe_registry import recipe_of
 from ..stage_progress import record_measured
 from ..titan.parity import read_checkpoint_values
 from ..trainer_run import METRICS_FILE, PARITY_FILE, TrainingError, export_dir
 from ..training import (
-    CONFIG_FUNCTIONS,
     CONTROL_RECIPE,
     PLAIN_RECIPE,
     control_run,
@@ -51,7 +51,7 @@ def run(
         ("random-init control", control_dir, control_run(trainer), control_recipe),
     ):
         runs[name], steps[name] = launch_and_read(
-            f"{stage} ({name})", backend, run, config_function=CONFIG_FUNCTIONS[stage], recipe_path=path,
+            f"{stage} ({name})", backend, run, config_function=recipe_of(stage).config_function, recipe_path=path,
             run_dir=folder, log_path=log_path,
         )
     loaded, control = steps["fetched weights"], steps["random-init control"]
@@ -62,7 +62,7 @@ def run(
     parity = json.loads(parity_path.read_text())
     built_layers = next(row["built"] for row in parity["rows"] if row["field"] == "num_hidden_layers")
     replacements = replaced_and_plain(
-        stage, backend, trainer, config_function=CONFIG_FUNCTIONS[stage], recipe_path=recipe_path,
+        stage, backend, trainer, config_function=recipe_of(stage).config_function, recipe_path=recipe_path,
         run=runs["fetched weights"], steps=loaded, plain_dir=plain_dir, log_path=log_path, n_layers=built_layers,
     )
     steady = [s for s in loaded if s["step"] > 1]

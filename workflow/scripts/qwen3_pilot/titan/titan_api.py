@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import recipe_registry as recipes
 from ..problems import problem_list
 
 # The default for a new entry, until its upstream date is found (tests/titan/test_titan_api.py refuses it).
@@ -64,8 +65,10 @@ HF_BACKEND_MOE = _since("2026-07-20", "af35cfb15", 2679)  # MoE in the transform
 
 ALL_BACKENDS = ("cpu", "neuron")
 # The recipes, by the config function a trainer is started with (--config; in_ranks/recipes.py).
-NATIVE, HF, MOE = "qwen3_native", "qwen3_hf", "qwen3_moe_reduced"
-RECIPES = (NATIVE, HF, MOE)
+RECIPES = tuple(recipe.config_function for recipe in recipes.RECIPES)
+NATIVE = recipes.recipe_of("train_native").config_function
+HF = recipes.recipe_of("train_hf").config_function
+MOE = recipes.recipe_of("moe_reduced").config_function
 # Stage modules that build torchtitan models outside a trainer.
 RANK_PLAN, NUMERICS, EXPORT = "rank_plan.py", "kernel_numerics/tiny_models.py", "hf_export.py"
 # models.qwen3_decoder builds the native model from config.json: the native recipe, kernel_numerics, hf_export.py.

@@ -46,6 +46,7 @@ from ..parse_time.config import (
 )
 from ..paths import PROJECT, WORKFLOW, RunFolder
 from ..problems import problem_list
+from ..recipe_registry import RECIPES, recipe_of
 
 RESOURCES = WORKFLOW / "resources"
 # The published models' config.json values, and AWS's component list per SDK release
@@ -117,7 +118,7 @@ def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path)
 
     peak = backend.peak_flops_per_rank
     paths = {}
-    for stage in ("train_native", "train_hf", "moe_reduced"):
+    for stage in (recipe.stage for recipe in RECIPES):
         folder = work / stage
         folder.mkdir(parents=True, exist_ok=True)
         trainer = trainer_run(
@@ -271,7 +272,6 @@ def launch_plan(config: dict[str, Any], backend, project: Path, configfiles: lis
     from ..backends.neuron import launch_environment_problems
     from ..ranks import rank_worker_command
     from ..training import (
-        CONFIG_FUNCTIONS,
         CONTROL_CHANGES,
         CONTROL_RECIPE,
         PLAIN_CHANGES,
@@ -300,15 +300,15 @@ def launch_plan(config: dict[str, Any], backend, project: Path, configfiles: lis
         "env": backend.device_process_env,
     }]
     # What each launch changes in the stage's own recipe (every setting reaches the ranks in its TrainerRun file).
-    for stage in ("train_native", "train_hf", "moe_reduced"):
+    for stage in (recipe.stage for recipe in RECIPES):
         kinds = [("run", "recipe.json", {})]
-        if stage != "moe_reduced":
+        if recipe_of(stage).from_fetched_weights:
             kinds.append(("control", CONTROL_RECIPE, CONTROL_CHANGES))
         if stage_kernel_rules(config, stage):
             kinds.append(("plain", PLAIN_RECIPE, PLAIN_CHANGES))
         for kind, recipe, settings in kinds:
             command, env = trainer_launch(
-                backend, backend.ranks_per_node, CONFIG_FUNCTIONS[stage], results / stage / recipe,
+                backend, backend.ranks_per_node, recipe_of(stage).config_function, results / stage / recipe,
                 results / stage / kind, python, rank_log_dir=backend.rank_log_dir(logs / stage / f"{stage}.log", kind),
             )
             launches.append({"stage": stage, "launch": kind, "command": command, "env": env, "run": settings})
@@ -320,7 +320,7 @@ def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Pat
     """The benchmark stage's launches: per recipe and run, with the compile backend and the fresh compile
     cache folder of each measurement that compiles (the eager one too on neuron)."""
     from ..benchmark_runs import compile_cache_folder, run_changes, run_paths, variants
-    from ..training import CONFIG_FUNCTIONS, trainer_launch
+    from ..training import trainer_launch
 
     launches = []
     runs_dir = results / "benchmark" / "runs"
@@ -330,8 +330,8 @@ def benchmark_launches(config: dict[str, Any], backend, results: Path, logs: Pat
             recipe_path, run_dir, launch_name = run_paths(runs_dir, recipe, variant)
             cache = compile_cache_folder(run_dir.parent, variant, backend.eager_compiles)
             command, env = trainer_launch(
-                backend, backend.ranks_per_node, CONFIG_FUNCTIONS[recipe], recipe_path, run_dir, sys.executable,
-                rank_log_dir=backend.rank_log_dir(logs / "benchmark" / "benchmark.log", launch_name),
+                backend, backend.ranks_per_node, recipe_of(recipe).config_function, recipe_path, run_dir,
+                sys.executable, rank_log_dir=backend.rank_log_dir(logs / "benchmark" / "benchmark.log", launch_name),
                 extra_env=backend.compile_cache_env(cache) if cache else None,
             )
             settings = {**run_changes(compile_backend), "replacements": replaced}
@@ -381,7 +381,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
             "nodes": config["nodes"],
             "neuron": config["neuron"], "training.seq_len": config["training"]["seq_len"],
             "weights": f"{config['weights']['repo_id']}@{config['weights']['revision']}",
-            "kernels": {stage: config["kernels"].get(stage, []) for stage in ("train_native", "moe_reduced")},
+            "kernels": {recipe.stage: config["kernels"].get(recipe.stage, []) for recipe in RECIPES},
         }
     run_check("install_plan", lambda: install_plan(project, config["neuron"]["sdk"]), checks)
     # The neuron backend's entries, read at call time (a test takes one away to see the check fail).

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ..paths import SCRIPTS, RunFolder
+from ..recipe_registry import RECIPES, Recipe
 
-# Each recipe (its config function) and the stage whose recorded launch trains it.
-RECIPE_STAGES = {"qwen3_native": "train_native", "qwen3_hf": "train_hf", "qwen3_moe_reduced": "moe_reduced"}
 INSTALLED = "installed"
 # The "(who uses it; since when upstream has it)" at the end of a missing-name message: the JSON keeps it.
 WHY_AND_SINCE = re.compile(r" \([^()]*; (upstream (has it since|had it from)|present in) .*$")
@@ -83,13 +82,12 @@ def api_probe(torchtitan: Torchtitan) -> dict[str, Any]:
     return probe
 
 
-def train(workdir: Path, torchtitan: Torchtitan, recipe: str, steps: int, scratch: Path) -> tuple[bool, str]:
+def train(workdir: Path, torchtitan: Torchtitan, recipe: Recipe, steps: int, scratch: Path) -> tuple[bool, str]:
     """The recipe's recorded launch again for `steps` steps on this torchtitan: (trained, why not / losses)."""
     from ..training import read_steps, relaunch
 
-    stage = RECIPE_STAGES[recipe]
-    folder = scratch / torchtitan.label / recipe
-    launch = relaunch(workdir, stage, "run", folder, added_env=torchtitan.import_path(),
+    folder = scratch / torchtitan.label / recipe.config_function
+    launch = relaunch(workdir, recipe.stage, "run", folder, added_env=torchtitan.import_path(),
                       recipe_changes={"steps": steps, "warmup_steps": 1})
     if launch.returncode != 0:
         error = launch.rank_error() or (launch.output().strip().splitlines() or ["no output"])[-1]
@@ -101,25 +99,26 @@ def train(workdir: Path, torchtitan: Torchtitan, recipe: str, steps: int, scratc
 
 
 def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dict[str, Any]:
-    """One torchtitan: per recipe 'works' or 'fails', and why."""
+    """One torchtitan: per recipe (by its config function) 'works' or 'fails', and why."""
     probe = api_probe(torchtitan)
     cells = {}
-    for recipe in RECIPE_STAGES:
+    for recipe in RECIPES:
+        name = recipe.config_function
         if probe["refused"]:
-            cells[recipe] = {"works": False, "why": f"refused: {probe['refused']}"}
-        elif probe["missing"].get(recipe):
-            names = probe["missing"][recipe]
-            cells[recipe] = {"works": False, "why": f"{len(names)} name(s) missing: " + "; ".join(
+            cells[name] = {"works": False, "why": f"refused: {probe['refused']}"}
+        elif probe["missing"].get(name):
+            names = probe["missing"][name]
+            cells[name] = {"works": False, "why": f"{len(names)} name(s) missing: " + "; ".join(
                 WHY_AND_SINCE.sub("", name) for name in names[:3]) + ("; ..." if len(names) > 3 else "")}
         else:
             works, why = train(workdir, torchtitan, recipe, steps, scratch)
-            cells[recipe] = {"works": works, "why": why}
+            cells[name] = {"works": works, "why": why}
     return {"torchtitan": torchtitan.label, "version": probe["version"], "recipes": cells}
 
 
 def matrix(workdir: Path, torchtitans: list[Torchtitan], steps: int) -> list[dict[str, Any]]:
-    missing = [stage for stage in RECIPE_STAGES.values()
-               if not RunFolder(workdir).launch_record(stage, "run").is_file()]
+    missing = [recipe.stage for recipe in RECIPES
+               if not RunFolder(workdir).launch_record(recipe.stage, "run").is_file()]
     if missing:
         raise SystemExit(f"{workdir}: no recorded launch for {', '.join(missing)} (results/<stage>/run/launch.json): "
                          "run the cpu pipeline here first (make report)")
@@ -130,8 +129,8 @@ def matrix(workdir: Path, torchtitans: list[Torchtitan], steps: int) -> list[dic
 def markdown(rows: list[dict[str, Any]], steps: int) -> str:
     lines = [f"Measured {date.today().isoformat()} with `python -m qwen3_pilot.tools.titan_compat` ({steps} steps per "
              "recipe, tiny widths, 2 gloo ranks, torch " + _torch_version() + ").", "",
-             "| torchtitan | version | " + " | ".join(RECIPE_STAGES) + " |",
-             "|---|---|" + "---|" * len(RECIPE_STAGES)]
+             "| torchtitan | version | " + " | ".join(recipe.config_function for recipe in RECIPES) + " |",
+             "|---|---|" + "---|" * len(RECIPES)]
     for entry in rows:
         cells = [("works" if c["works"] else "fails") + f": {c['why']}" for c in entry["recipes"].values()]
         lines.append(f"| {entry['torchtitan']} | {entry['version']} | " + " | ".join(
