@@ -187,6 +187,27 @@ def test_a_failed_stage_shows_its_figures_and_blocks_what_depends_on_it(tmp_path
     assert (tmp_path / "results" / "report.html").stat().st_mtime == 0
 
 
+def test_a_failure_blocks_every_stage_downstream_of_it_however_far(tmp_path, monkeypatch):
+    """fetch_corpus failed: what reads the corpus and everything after it is blocked, the stages that read it
+    only through others too (fetch_weights through the fixture, compare_recipes through the recipes);
+    kernel_numerics, which reads none of it, is not."""
+    from qwen3_pilot.pilot_report import build_failed_report
+    from qwen3_pilot.summary import write_failure
+
+    monkeypatch.chdir(tmp_path)
+    for stage in ("pin_env", "kernel_numerics"):
+        (tmp_path / "results" / stage).mkdir(parents=True)
+        write_summary(tmp_path / "results" / stage, stage).rename(tmp_path / "results" / stage / "summary.json")
+    write_failure("fetch_corpus", RuntimeError("checksum mismatch"), tmp_path / "x.log", tmp_path / "y.log", {})
+    report = build_failed_report(config=CONFIG, config_digest="d" * 64, workflow_dir=tmp_path,
+                                 results=tmp_path / "results", run_started="2000-01-01T00:00:00.000+00:00")
+    notes = {s["stage"]: s["notes"] for s in report["stages"] if s["status"] == "not_run"}
+    blocked = {stage for stage, note in notes.items() if note == ["blocked by fetch_corpus, which failed"]}
+    assert blocked == {"fixture_checkpoint", "fetch_weights", "train_hf", "train_native", "compare_recipes",
+                       "export_reload", "moe_reduced", "benchmark"}
+    assert {s["stage"]: s["status"] for s in report["stages"]}["kernel_numerics"] == "pass"
+
+
 def test_a_later_summary_of_the_stage_removes_its_failure_record(tmp_path, monkeypatch):
     from qwen3_pilot.summary import failure_path, write_failure
 

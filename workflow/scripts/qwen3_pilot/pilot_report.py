@@ -14,7 +14,7 @@ from .artifacts import now_iso, record_digest, write_recorded_json, write_text
 from .audit import default_signoffs, record_written_report
 from .parse_time.code import git_provenance
 from .paths import WORKFLOW
-from .stages import STAGES, UPSTREAM, skipped_stages
+from .stages import STAGES, downstream_of, skipped_stages
 
 NO_SUMMARY = "no summary of this stage among the report's inputs"
 
@@ -39,13 +39,7 @@ def report_heading(backend: str, stages: list[dict[str, Any]], failed_run: bool)
 
 def failed_ancestor(stage: str, failed: set[str]) -> str | None:
     """The first stage, in the pilot's order, among `failed` that `stage` depends on, directly or not."""
-    seen, queue = set(), list(UPSTREAM.get(stage, ()))
-    while queue:
-        upstream = queue.pop()
-        if upstream not in seen:
-            seen.add(upstream)
-            queue.extend(UPSTREAM.get(upstream, ()))
-    return next((name for name, _ in STAGES if name in seen and name in failed), None)
+    return next((name for name, _ in STAGES if name in failed and stage in downstream_of(name)), None)
 
 
 def failed_run_stages(
