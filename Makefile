@@ -36,9 +36,10 @@ FAST_TESTS = not (e2e or torchrun or slurm or chromium or netns)
 test-fast: $(VENV)/.installed
 	$(BIN)/python -m pytest -m "$(FAST_TESTS)" $(ARGS)
 
-# The mutation check: one-line bugs in the code under test, each of which a named test must catch.
+# The mutation check: one-line bugs in the code under test (tests/mutations/run.py), each of which the fast tests that
+# reach the mutated file must catch; ARGS='--only custody' runs some, ARGS=--list shows each one's test files.
 mutations: $(VENV)/.installed
-	bash tests/mutations/run.sh
+	$(BIN)/python tests/mutations/run.py $(ARGS)
 
 # The trn2 configuration checked on this machine, before renting a trn2: results/preflight/preflight.html.
 preflight: $(VENV)/.installed

@@ -151,6 +151,21 @@ def test_an_incomplete_report_can_only_be_rejected(workspace):
     assert signoff(report, "A Reviewer", "reject", "half a pilot", signoffs)["decision"] == "reject"
 
 
+def test_a_signoff_is_bound_to_the_page_too_and_an_edit_of_report_html_alone_fails_verify(workspace):
+    """The reviewer signs what the page shows: report.html edited after the sign-off, report.json untouched, is
+    an edited report (a binding to report.json alone would pass it)."""
+    report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
+    page = report.with_suffix(".html")
+    page.write_text("<html><body><p>pass</p></body></html>")
+    record_written_report(report, signoffs_path=signoffs)  # the report stage writes both files, then records them
+    record = signoff(report, "A Reviewer", "approve", "pilot looks good", signoffs)
+    assert verify(report, signoffs)[1]
+    page.write_text(page.read_text().replace("</body>", "<p>all good</p></body>"))
+    assert sha256_file(report) == record["report_sha256"]
+    lines, ok = verify(report, signoffs)
+    assert not ok and lines[1].startswith("  EDITED SINCE SIGN-OFF approve by A Reviewer"), lines
+
+
 def test_verify_lists_the_signoffs_of_runs_on_the_reports_backend_only(workspace):
     report, signoffs = workspace / "results" / "report.json", workspace / "signoffs" / "signoffs.jsonl"
     cpu = signoff(report, "A Reviewer", "approve", "the rehearsal", signoffs)

@@ -187,6 +187,17 @@ def test_the_default_baseline_is_the_last_approved_signoffs_copy(signed):
     assert find_baseline(None, folder, folder / "elsewhere" / "signoffs.jsonl", "cpu") is None
 
 
+def test_of_two_approvals_the_later_one_is_the_baseline(signed):
+    folder, first = signed
+    results, signoffs = folder / "results", folder / "signoffs" / "signoffs.jsonl"
+    record_written_report(results / "report.json")
+    second = signoff(results / "report.json", "Bob", "approve", "the rerun")
+    assert second["report_sha256"] != first["report_sha256"]
+    baseline, where = find_baseline(None, folder, signoffs, "cpu")
+    assert where["sha256"] == second["report_sha256"] and where["signed_off"]["name"] == "Bob"
+    assert baseline["stages"][0]["figures"] == {"loss": 1.0}
+
+
 def test_a_trn2_run_is_never_baselined_on_a_cpu_approval(signed):
     folder, record = signed
     signoffs = folder / "signoffs" / "signoffs.jsonl"
