@@ -342,6 +342,9 @@ def moto_server():
     """moto's S3-compatible server on 127.0.0.1, on a free port, for the block: its endpoint URL."""
     from moto.server import ThreadedMotoServer
 
+    # werkzeug logs each request at INFO through whatever handler logging holds at that moment: for the server a
+    # background body starts, a finished test's closed capture ("--- Logging error ---" in the session's output).
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
