@@ -32,7 +32,7 @@ from qwen3_pilot.neuron_stack import (
 from qwen3_pilot.parse_time.code import CodeCache, stage_code
 from qwen3_pilot.paths import HERE
 from qwen3_pilot.pins import installed_version, read_pins
-from qwen3_pilot.recipe_registry import FROM_FETCHED_WEIGHTS, recipe_of
+from qwen3_pilot.recipe_registry import FROM_FETCHED_WEIGHTS_STAGES, recipe_of
 from qwen3_pilot.stages import STAGES, UPSTREAM, downstream_of, skipped_stages
 from qwen3_pilot.unlock import stale_lock_note
 
@@ -249,10 +249,6 @@ def train_inputs(*packages):
         "corpus_summary": "results/fetch_corpus/summary.json",
         "ranks": "results/verify_ranks/summary.json",
     }
-
-
-# Rule train's stages: the recipes trained from the fetched weights (qwen3_pilot/recipe_registry.py).
-TRAIN_STAGES = [recipe.stage for recipe in FROM_FETCHED_WEIGHTS]
 
 
 def get_train_inputs(wildcards):

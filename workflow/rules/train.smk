@@ -24,7 +24,7 @@ rule train:
     benchmark:
         "benchmarks/{stage}.tsv"
     wildcard_constraints:
-        stage="|".join(TRAIN_STAGES),
+        stage="|".join(FROM_FETCHED_WEIGHTS_STAGES),
     conda:
         SOFTWARE_ENV
     threads: ALL_CORES

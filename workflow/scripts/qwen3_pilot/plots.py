@@ -10,7 +10,7 @@ import base64
 import io
 from typing import Any
 
-from .recipe_registry import FROM_FETCHED_WEIGHTS
+from .recipe_registry import FROM_FETCHED_WEIGHTS_STAGES
 
 
 def _pyplot():
@@ -54,7 +54,7 @@ def loss_series(stages: list[dict[str, Any]]) -> tuple[dict[str, list[tuple[int,
             curves[plain] = [(s["step"], s["loss_plain"]) for s in replacements["against_plain"]["steps"]]
             pairs.append((name, plain))
     # The recipes trained from the same weights and batches, in name order (train_hf, train_native).
-    same_start = tuple(sorted(recipe.stage for recipe in FROM_FETCHED_WEIGHTS))
+    same_start = tuple(sorted(FROM_FETCHED_WEIGHTS_STAGES))
     if all(name in curves for name in same_start):
         pairs.insert(0, same_start)
     return curves, pairs

@@ -39,6 +39,8 @@ RECIPES = (
 BY_STAGE = {recipe.stage: recipe for recipe in RECIPES}
 # Rule train's stages: the recipes trained from the fetched weights, each judged by the loaded-weights gate.
 FROM_FETCHED_WEIGHTS = tuple(recipe for recipe in RECIPES if recipe.from_fetched_weights)
+# Their stages: rule train's {stage}, the stages the loaded-weights gate judges, what compare_recipes compares.
+FROM_FETCHED_WEIGHTS_STAGES = tuple(recipe.stage for recipe in FROM_FETCHED_WEIGHTS)
 
 
 def recipe_of(stage: str) -> Recipe:

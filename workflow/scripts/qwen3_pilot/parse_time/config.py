@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..problems import problem_list
-from ..recipe_registry import FROM_FETCHED_WEIGHTS
+from ..recipe_registry import FROM_FETCHED_WEIGHTS_STAGES
 
 NKI_ROPE_TILE = 128  # the NKI RoPE kernel tiles the sequence in blocks of 128 x LNC
 
@@ -184,8 +184,6 @@ def is_pinned_revision(revision: str) -> bool:
 # What every trainer run reads of config `training` (training.trainer_run).
 TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "seed", "lr", "warmup_steps",
                 "mixed_precision_param", "export_dtype", "attention", "comm_init_timeout_s", "comm_train_timeout_s")
-# The stages whose runs are judged by the loaded-weights gate (its thresholds are theirs only).
-GATED_STAGES = tuple(recipe.stage for recipe in FROM_FETCHED_WEIGHTS)
 # The stages that measure and leave their judging to rule judge (measured.json -> summary.json): a threshold,
 # tolerance or reason edit re-judges their figures without training or measuring again.
 JUDGED_STAGES = ("train_hf", "train_native", "moe_reduced", "export_reload", "kernel_numerics", "benchmark")
@@ -242,14 +240,14 @@ def stage_measuring(config: dict[str, Any], stage: str) -> dict[str, Any]:
 
 
 def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
-    """What rule judge holds one stage's measured figures to, as its params. For a training stage: the
-    loaded-weights gate with this recipe's control band (GATED_STAGES), the reasons of its accepted differences,
-    and kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one). For
-    export_reload, kernel_numerics and the benchmark: their sections' JUDGING_KEYS, nested as in the config."""
+    """What rule judge holds one stage's measured figures to, as its params. For a training stage: the loaded-weights
+    gate with this recipe's control band (FROM_FETCHED_WEIGHTS_STAGES), the reasons of its accepted differences, and
+    kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one). For export_reload,
+    kernel_numerics and the benchmark: their sections' JUDGING_KEYS, nested as in the config."""
     if stage in JUDGING_KEYS:
         return split_by_judging_keys(config, stage)[1]
     judging: dict[str, Any] = {}
-    if stage in GATED_STAGES:
+    if stage in FROM_FETCHED_WEIGHTS_STAGES:
         gate = config["training"]["gate"]
         judging["gate"] = {**gate, "control_above_ln_vocab": gate["control_above_ln_vocab"][stage]}
         judging["accepted_differences"] = config["training"]["accepted_differences"].get(stage, {})

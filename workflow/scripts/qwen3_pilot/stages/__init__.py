@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..recipe_registry import FROM_FETCHED_WEIGHTS
+from ..recipe_registry import FROM_FETCHED_WEIGHTS_STAGES
 
 # The pilot in its order, each with its title (config values filled in by `titles`): the one list of
 # stages. A stage with no summary among the inputs appears as not_run, with the reason.
@@ -29,8 +29,6 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("moe_reduced", "Train the reduced MoE ({moe[layers]} layers, {moe[experts]} experts, top-{moe[top_k]})"),
     ("benchmark", "Warm-up and steady-state benchmarks"),
 )
-# The stages of the recipes trained from the fetched weights (rule train).
-WEIGHTS_RECIPES = tuple(recipe.stage for recipe in FROM_FETCHED_WEIGHTS)
 # What each stage consumes from the others (workflow/rules/*.smk; pin_env stands for its per-package stamps). A test
 # checks it against Snakemake's own job graph.
 UPSTREAM: dict[str, tuple[str, ...]] = {
@@ -41,8 +39,8 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
     "verify_ranks": ("pin_env",),
     "train_hf": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
     "train_native": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
-    "compare_recipes": WEIGHTS_RECIPES,
-    "export_reload": ("pin_env", "fetch_weights", *WEIGHTS_RECIPES),
+    "compare_recipes": FROM_FETCHED_WEIGHTS_STAGES,
+    "export_reload": ("pin_env", "fetch_weights", *FROM_FETCHED_WEIGHTS_STAGES),
     "kernel_numerics": ("pin_env",),
     "moe_reduced": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
     "benchmark": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
