@@ -113,15 +113,21 @@ def restore_leftovers() -> list[Path]:
     return restored
 
 
-def test_files_reaching(path: Path) -> list[str]:
-    """The test files whose import closure (parse_time.code.stage_code) holds `path`."""
+def test_file_closures() -> dict[str, tuple[str, ...]]:
+    """Each test file with the package files its code can run (parse_time.code.stage_code's import closure,
+    relative to workflow/)."""
     sys.path.insert(0, str(PROJECT / "workflow" / "scripts"))
     from qwen3_pilot.parse_time.code import CodeCache, stage_code
 
     cache = CodeCache()
+    return {str(test.relative_to(PROJECT)): stage_code(test, "cpu", cache).files
+            for test in sorted((PROJECT / "tests").rglob("test_*.py"))}
+
+
+def test_files_reaching(path: Path, closures: dict[str, tuple[str, ...]]) -> list[str]:
+    """The test files whose closure holds `path`."""
     target = path.relative_to(PROJECT / "workflow").as_posix()
-    return sorted(str(test.relative_to(PROJECT)) for test in (PROJECT / "tests").rglob("test_*.py")
-                  if target in stage_code(test, "cpu", cache).files)
+    return [test for test, files in closures.items() if target in files]
 
 
 def pytest(files: list[str]) -> subprocess.CompletedProcess:
@@ -162,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in restore_leftovers():
         print(f"restored  {path.relative_to(PROJECT)} (left mutated by an interrupted run)")
     mutants = [m for m in MUTANTS if not args.only or args.only in m.what or args.only in m.file]
-    selections = {m: test_files_reaching(mutated_path(m)) for m in mutants}
+    closures = test_file_closures()
+    selections = {m: test_files_reaching(mutated_path(m), closures) for m in mutants}
     if args.list:
         for mutant, files in selections.items():
             print(f"{mutant.file}: {mutant.what}\n    " + " ".join(files))
