@@ -300,15 +300,16 @@ def launch_plan(config: dict[str, Any], backend, project: Path, configfiles: lis
         "env": backend.device_process_env,
     }]
     # What each launch changes in the stage's own recipe (every setting reaches the ranks in its TrainerRun file).
-    for stage in (recipe.stage for recipe in RECIPES):
+    for recipe in RECIPES:
+        stage = recipe.stage
         kinds = [("run", "recipe.json", {})]
-        if recipe_of(stage).from_fetched_weights:
+        if recipe.from_fetched_weights:
             kinds.append(("control", CONTROL_RECIPE, CONTROL_CHANGES))
         if stage_kernel_rules(config, stage):
             kinds.append(("plain", PLAIN_RECIPE, PLAIN_CHANGES))
-        for kind, recipe, settings in kinds:
+        for kind, recipe_file, settings in kinds:
             command, env = trainer_launch(
-                backend, backend.ranks_per_node, recipe_of(stage).config_function, results / stage / recipe,
+                backend, backend.ranks_per_node, recipe.config_function, results / stage / recipe_file,
                 results / stage / kind, python, rank_log_dir=backend.rank_log_dir(logs / stage / f"{stage}.log", kind),
             )
             launches.append({"stage": stage, "launch": kind, "command": command, "env": env, "run": settings})
