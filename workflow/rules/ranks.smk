@@ -1,5 +1,8 @@
-# Stage verify_ranks: the configured ranks launched for real, plus the 64-rank FSDP plan of the real
-# Qwen3-4B validated offline with torchtitan's fake process group.
+# Stage verify_ranks: the configured ranks launched for real, the collectives timed (and, on neuron,
+# nccom-test beside them where it is installed), plus the 64-rank FSDP plan of the real Qwen3-4B validated offline
+# with torchtitan's fake process group. It measures (measured.json); rule judge holds the bus bandwidth to
+# verify_ranks.floor, so a floor edit re-judges without launching again. The stages that train read the measured
+# record (the peak FLOPS), not the verdict: a floor edit reruns none of them.
 
 
 rule verify_ranks:
@@ -8,7 +11,7 @@ rule verify_ranks:
     output:
         ranks=directory("results/verify_ranks/ranks"),
         plan="results/verify_ranks/plan.json",
-        summary="results/verify_ranks/summary.json",
+        measured="results/verify_ranks/measured.json",
     log:
         "logs/verify_ranks/verify_ranks.log",
     benchmark:
@@ -22,7 +25,7 @@ rule verify_ranks:
         code=get_code("verify_ranks.py"),
         backend=get_backend_config(),
         plan=config["plan"],
-        collectives=config["verify_ranks"]["collectives"],
+        collectives=stage_measuring(config, "verify_ranks")["collectives"],
     message:
         get_launch_message("verify_ranks", "qwen3_pilot.titan.in_ranks.rank_worker")
     script:

@@ -11,6 +11,6 @@ with StageRun.of_job(snakemake) as stage_run:
         cache_root=stage_run.cache_root,
         ranks_dir=Path(snakemake.output.ranks),
         plan_path=Path(snakemake.output.plan),
-        summary_path=Path(snakemake.output.summary),
+        measured_path=Path(snakemake.output.measured),
         log_path=stage_run.log_path,
     )

@@ -48,8 +48,13 @@ def _verify_ranks(f):
     if not rows:
         return line
     largest = max(row["size_mib"] for row in rows)
-    return (f"{line}; bus bandwidth at {number(largest)} MiB: " + ", ".join(
-        f"{row['collective']} {number(row['busbw_gbps'])} GB/s" for row in rows if row["size_mib"] == largest))
+    line += f"; bus bandwidth at {number(largest)} MiB: " + ", ".join(
+        f"{row['collective']} {number(row['busbw_gbps'])} GB/s" for row in rows if row["size_mib"] == largest)
+    held = [row for row in rows if row.get("floor_gbps") is not None]
+    if "floor" in f:
+        line += (f"; {sum(row['busbw_gbps'] >= row['floor_gbps'] for row in held)} of {len(held)} held sizes at or "
+                 f"above their floor (from {number(f['floor']['from_mib'])} MiB; {f['floor']['basis']})")
+    return line
 
 
 def _train(f):

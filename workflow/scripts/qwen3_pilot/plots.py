@@ -203,19 +203,33 @@ def bandwidth_png(stages: list[dict[str, Any]]) -> str | None:
     return _encoded(bandwidth_figure(stages))
 
 
-def bandwidth_figure(stages: list[dict[str, Any]]):
-    """Bus bandwidth of each collective against its size, as verify_ranks timed them (log-log)."""
-    ranks = next((s for s in stages if s["stage"] == "verify_ranks" and s["status"] == "pass"), None)
-    rows = (ranks or {}).get("figures", {}).get("live", {}).get("bandwidth")
-    if not rows:
-        return None
+def by_collective(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     collectives: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         collectives.setdefault(row["collective"], []).append(row)
+    return collectives
+
+
+def bandwidth_figure(stages: list[dict[str, Any]]):
+    """Bus bandwidth of each collective against its size, as verify_ranks timed them (log-log), each collective's
+    floor dashed over the sizes held to it, and nccom-test's figures dotted where it ran."""
+    ranks = next((s for s in stages if s["stage"] == "verify_ranks" and s["status"] == "pass"), None)
+    figures = (ranks or {}).get("figures", {})
+    rows = figures.get("live", {}).get("bandwidth")
+    if not rows:
+        return None
+    vendor = by_collective((figures.get("vendor_collectives") or {}).get("bandwidth", []))
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(8, 3.6), dpi=100)
-    for (name, points), marker in zip(collectives.items(), "os^v", strict=False):
-        axes.plot([p["size_mib"] for p in points], [p["busbw_gbps"] for p in points], marker=marker, label=name)
+    for (name, points), marker in zip(by_collective(rows).items(), "os^v", strict=False):
+        line, = axes.plot([p["size_mib"] for p in points], [p["busbw_gbps"] for p in points], marker=marker, label=name)
+        held = [p for p in points if p.get("floor_gbps") is not None]
+        if held:
+            axes.plot([p["size_mib"] for p in held], [p["floor_gbps"] for p in held], linestyle="--",
+                      color=line.get_color(), label=f"{name} floor")
+        if name in vendor:
+            axes.plot([p["size_mib"] for p in vendor[name]], [p["busbw_gbps"] for p in vendor[name]], linestyle=":",
+                      marker=marker, fillstyle="none", color=line.get_color(), label=f"{name} (nccom-test)")
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
     axes.set_xlabel("size (MiB, log)")

@@ -117,6 +117,10 @@ class Backend:
     # torchrun's ranks (launcher_env holds it too): compile caches and runtime settings, none of the
     # launch-only parts (thread counts per rank, multi-node networking).
     device_process_env: dict[str, str] = field(default_factory=dict)
+    # The vendor's own collective benchmark, run by verify_ranks after its ranks for the same collectives and sizes:
+    # (verify_ranks.collectives, output folder, stage log) -> its record ({"ran": False, "why": ...} where it cannot
+    # run). None: the backend has none (cpu).
+    vendor_collectives: Callable[[dict[str, Any], Path, Path], dict[str, Any]] | None = None
 
     def compile_cache_env(self, folder: Path) -> dict[str, str]:
         """Every compile cache of this backend in its own subfolder of `folder`."""

@@ -417,7 +417,21 @@ def make_backend(config: dict[str, Any], cache_root: str) -> Backend:
         # Eager mode compiles each graph with neuronx-cc and caches the NEFF just as torch.compile does
         # (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/compiler/about-compiler-artifacts.html).
         eager_compiles=True,
+        vendor_collectives=lambda collectives, out_dir, log_path: nccom_test_record(
+            config, cache_root, collectives, out_dir, log_path),
     )
+
+
+def nccom_test_record(config: dict[str, Any], cache_root: str, collectives: dict[str, Any], out_dir, log_path):
+    """AWS's nccom-test over this instance's ranks (backends/nccom_test.py), where it can run: on one instance (across
+    instances it needs its own MPI or SLURM mode, which verify_ranks does not drive)."""
+    from .nccom_test import run_nccom_test
+
+    if config["nodes"] > 1:
+        return {"ran": False, "why": f"nodes = {config['nodes']}: nccom-test across instances needs its MPI or SLURM "
+                                     "mode, which verify_ranks does not drive"}
+    return run_nccom_test(expected_neuron_ranks(config["neuron"]), collectives, out_dir, log_path,
+                          shutil.which("nccom-test"), {**os.environ, **device_process_env(config, cache_root)})
 
 
 # ---- in every process that uses the neuron device ----

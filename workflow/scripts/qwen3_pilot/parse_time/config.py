@@ -186,10 +186,12 @@ TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "se
                 "mixed_precision_param", "export_dtype", "attention", "comm_init_timeout_s", "comm_train_timeout_s")
 # The stages that measure and leave their judging to rule judge (measured.json -> summary.json): a threshold,
 # tolerance or reason edit re-judges their figures without training or measuring again.
-JUDGED_STAGES = ("train_hf", "train_native", "moe_reduced", "export_reload", "kernel_numerics", "benchmark")
+JUDGED_STAGES = ("verify_ranks", "train_hf", "train_native", "moe_reduced", "export_reload", "kernel_numerics",
+                 "benchmark")
 # The keys of a measuring stage's own config section that only its judge reads: the measuring rule's params
 # leave them out (stage_measuring), the judge's hold them (stage_judging).
 JUDGING_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "verify_ranks": (("floor",),),
     "export_reload": (("logits_tolerance",), ("min_argmax_agreement",)),
     "kernel_numerics": (("rope", "tolerances"), ("moe", "tolerances"), ("train", "tiny_model_loss_tolerance"),
                         ("compile", "tolerances")),
@@ -242,8 +244,8 @@ def stage_measuring(config: dict[str, Any], stage: str) -> dict[str, Any]:
 def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
     """What rule judge holds one stage's measured figures to, as its params. For a training stage: the loaded-weights
     gate with this recipe's control band (FROM_FETCHED_WEIGHTS_STAGES), the reasons of its accepted differences, and
-    kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one). For export_reload,
-    kernel_numerics and the benchmark: their sections' JUDGING_KEYS, nested as in the config."""
+    kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one). For verify_ranks,
+    export_reload, kernel_numerics and the benchmark: their sections' JUDGING_KEYS, nested as in the config."""
     if stage in JUDGING_KEYS:
         return split_by_judging_keys(config, stage)[1]
     judging: dict[str, Any] = {}

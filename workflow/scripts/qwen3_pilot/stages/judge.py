@@ -1,8 +1,8 @@
 """Rule judge: a measuring stage's figures (its measured.json) held to the configured thresholds, into the
-stage's summary.json: the training stages (stages/train.py, stages/moe_reduced.py), export_reload,
-kernel_numerics and the benchmark. Apart from measuring, so that an edit to a gate threshold, a tolerance or an
-accepted difference's reason re-judges the recorded figures in a second instead of training or measuring again
-(on a trn2: a compile and a run per stage)."""
+stage's summary.json: verify_ranks, the training stages (stages/train.py, stages/moe_reduced.py),
+export_reload, kernel_numerics and the benchmark. Apart from measuring, so that an edit to a gate threshold, a
+tolerance, a floor or an accepted difference's reason re-judges the recorded figures in a second instead of training
+or measuring again (on a trn2: a compile and a run per stage)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from .export_reload_judging import judge_export_reload
 from .kernel_numerics.judging import judge_kernel_numerics
 from .moe_reduced_judging import judge_moe_reduced
 from .train_judging import judge_recipe
+from .verify_ranks_judging import judge_verify_ranks
 
 
 def run(*, stage: str, judging: dict[str, Any], measured_path: Path, summary_path: Path) -> dict[str, Any]:
@@ -41,6 +42,6 @@ def run(*, stage: str, judging: dict[str, Any], measured_path: Path, summary_pat
     return summary.write(summary_path)
 
 
-JUDGES = {"train_hf": judge_recipe, "train_native": judge_recipe, "moe_reduced": judge_moe_reduced,
-          "export_reload": judge_export_reload, "kernel_numerics": judge_kernel_numerics,
-          "benchmark": judge_benchmark}
+JUDGES = {"verify_ranks": judge_verify_ranks, "train_hf": judge_recipe, "train_native": judge_recipe,
+          "moe_reduced": judge_moe_reduced, "export_reload": judge_export_reload,
+          "kernel_numerics": judge_kernel_numerics, "benchmark": judge_benchmark}

@@ -1,4 +1,6 @@
-"""Stage verify_ranks: the configured ranks launched and checked, and the 64-rank FSDP plan validated offline."""
+"""Stage verify_ranks: the configured ranks launched and checked, their collectives timed, and the 64-rank FSDP plan
+validated offline; measured only (measured.json): what holds the bandwidth to a floor is
+stages/verify_ranks_judging.py, which this module never imports (a floor edit re-judges, parse_time/code.py)."""
 
 from __future__ import annotations
 
@@ -24,11 +26,14 @@ def hbm_budget(configured_gib: float, topology: dict[str, Any] | None) -> tuple[
 
 def run(
     *, backend_config: dict[str, Any], plan: dict[str, Any], collectives: dict[str, Any], cache_root: str,
-    ranks_dir: Path, plan_path: Path, summary_path: Path, log_path: Path,
+    ranks_dir: Path, plan_path: Path, measured_path: Path, log_path: Path,
 ) -> dict[str, Any]:
+    """The ranks launched and checked, their collectives timed (and the vendor's benchmark beside them where the
+    backend has one), and the FSDP plan: measured.json, which rule judge holds to verify_ranks.floor
+    (stages/verify_ranks_judging.py)."""
     from ..backends import make_backend
     from ..rank_plan import run_plan_subprocess
-    from ..summary import StageSummary
+    from ..summary import StageMeasurement
 
     backend = make_backend(backend_config, str(Path(cache_root).resolve()))
     live = verify_ranks(backend, ranks_dir, log_path, collectives=collectives)
@@ -37,30 +42,9 @@ def run(
         flavor=plan["flavor"], world_size=plan["world_size"], hbm_per_rank_gib=budget, out_path=plan_path,
     )
     fsdp_plan["hbm_budget_source"] = budget_source
-    summary = StageSummary(
-        stage="verify_ranks",
-        status="pass",
-        backend=backend.name,
-        figures={"live": live, "plan": fsdp_plan},
-        proves=(
-            f"{live['ranks_seen']} ranks on {len(live['hosts'])} host(s) ({', '.join(live['hosts'])}) joined one "
-            f"{live['dist_backend']} process group with the expected rank numbers and world size, and an all-reduce "
-            "and an all-gather returned the known results on "
-            f"every rank; all-reduce, all-gather, reduce-scatter and all-to-all returned the known result on every "
-            f"rank at {', '.join(f'{size:g}' for size in collectives['sizes_mib'])} MiB, each timed over "
-            f"{collectives['iterations']} calls (the slowest rank's mean) with algorithm and bus bandwidth as "
-            f"nccl-tests defines them. The {plan['world_size']}-way FSDP plan of the real Qwen3-{plan['flavor']} "
-            "architecture (torchtitan fake process group) fits the per-rank HBM budget for parameters, gradients "
-            "and AdamW state."
-        ),
-        does_not_prove=(
-            (f"These were gloo ranks on {'one CPU machine' if live['nodes'] == 1 else 'CPU hosts'}, not the "
-             "NeuronCores of a trn2. " if backend.name == "cpu" else "")
-            + "The plan counts static memory only: activations, compiler workspace and communication buffers "
-            "are not in it, and the fake process group moves no data. The bandwidths are this launch's, through "
-            f"torch.distributed's {live['dist_backend']} process group, held to no floor yet; one launch is one "
-            "sample."
-        ),
-    )
-    summary.add_artifacts(sorted(ranks_dir.glob("rank-*.json")) + [plan_path])
-    return summary.write(summary_path)
+    figures = {"live": live, "plan": fsdp_plan, "collectives": collectives}
+    if backend.vendor_collectives is not None:
+        figures["vendor_collectives"] = backend.vendor_collectives(collectives, ranks_dir / "vendor", log_path)
+    measurement = StageMeasurement(stage="verify_ranks", backend=backend.name, figures=figures)
+    measurement.add_artifacts(sorted(ranks_dir.glob("rank-*.json")) + [plan_path])
+    return measurement.write(measured_path)
