@@ -161,7 +161,7 @@ def run_stage(folder, monkeypatch, *, times=recorded_times, memory_gib=0.5, sett
     stage.run(
         backend_config={"backend": "cpu", "ranks": 2, "neuron": {"lnc": 2}}, dataset="c4_test", training=training,
         moe=moe, kernels={"train_native": [], "moe_reduced": [ROPE]}, settings=stage_measuring(config, "benchmark"),
-        cache_root=str(folder), checkpoint_dir=folder, corpus_dir=folder, ranks_summary=folder,
+        cache_root=str(folder), checkpoint_dir=folder, corpus_dir=folder, ranks_record=folder,
         out_dir=folder / "runs", measured_path=folder / "measured.json", log_path=folder / "log",
     )
     summary = judge.run(stage="benchmark", judging=stage_judging(config, "benchmark"),

@@ -11,14 +11,16 @@ import pytest
 
 from qwen3_pilot.launch import PID_FILE, Launch
 from qwen3_pilot.stages.compare_recipes import run as compare_recipes
-from qwen3_pilot.stages.train_judging import loaded_weights_gate, loss_agreement
+from qwen3_pilot.stages.train_judging import loaded_weights_gate, loss_agreement, repeat_problems
 from qwen3_pilot.summary import write_failure
 from qwen3_pilot.trainer_run import TrainingError
 from qwen3_pilot.training import (
     check_steps,
     clear_run_dir,
+    control_changes,
     launch_failure,
     read_steps,
+    repeat_figures,
     replacement_check,
 )
 
@@ -229,3 +231,28 @@ def test_compare_recipes_holds_the_step1_losses_to_recipe_agreement_tolerance(tm
         with pytest.raises(TrainingError, match=r"step-1 losses differ by 0\.001001 .*"
                                                 r"training\.recipe_agreement_tolerance = 0\.001"):
             compare()
+
+
+def losses(*values):
+    return [{"step": step, "loss": value} for step, value in enumerate(values, 1)]
+
+
+def test_a_repeated_launch_one_ulp_apart_fails_a_zero_tolerance_naming_the_step_and_key():
+    first = losses(7.5, 7.25, 7.0)
+    second = losses(7.5, 7.25, math.nextafter(7.0, 8.0))
+    repeat = repeat_figures(first, second)
+    assert not repeat["bit_identical"] and repeat["max_abs_loss_diff"] == math.ulp(7.0)
+    (problem,) = repeat_problems(repeat, 0.0)
+    assert "first past the tolerance at step 3" in problem and "training.repeat.loss_tolerance = 0.0" in problem
+    assert repeat_problems(repeat_figures(first, second), 1e-12) == []
+
+
+def test_identical_launches_are_bit_identical_and_pass_a_zero_tolerance():
+    repeat = repeat_figures(losses(7.5, 7.25), losses(7.5, 7.25))
+    assert repeat["bit_identical"] and repeat["max_abs_loss_diff"] == 0.0 and repeat_problems(repeat, 0.0) == []
+    assert repeat["tolerance"] == 0.0  # recorded with the verdict
+
+
+def test_the_control_runs_the_repeated_steps_or_its_one_step():
+    assert control_changes(3) == {"use_checkpoint": False, "steps": 3}
+    assert control_changes(0) == {"use_checkpoint": False, "steps": 1}

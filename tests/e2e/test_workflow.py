@@ -29,6 +29,13 @@ def test_report_holds_every_built_stage_as_pass(completed_run):
     assert live["ranks_seen"] == 2 and live["dist_backend"] == "gloo"
     plan = stages["verify_ranks"]["figures"]["plan"]
     assert plan["total_params"] == 4_022_468_096 and plan["fits"]
+    # Judged apart from measuring: every row of at least from_mib held to the cpu floor, none below it.
+    assert {row["verdict"] for row in live["bandwidth"]} == {"at or above the floor"}
+    assert stages["verify_ranks"]["figures"]["floor"]["from_mib"] == 1
+    # The native recipe's random-init control, launched twice on cpu: the same losses to the last bit.
+    repeat = stages["train_native"]["figures"]["repeat"]
+    assert repeat["steps"] == 3 and repeat["bit_identical"] and repeat["tolerance"] == 0.0
+    assert stages["train_hf"]["figures"]["repeat"] == "not repeated (training.repeat.recipes)"
     weights = stages["fetch_weights"]["figures"]
     assert weights["fixture"] and not weights["revision_pinned"]
     assert any("FIXTURE" in note for note in stages["fetch_weights"]["notes"])

@@ -165,6 +165,18 @@ def test_each_training_rule_gets_only_the_training_settings_its_runs_read():
     assert stage_judging(config, "moe_reduced") == {"loss_tolerance": config["kernels"]["loss_tolerance"]}
 
 
+def test_only_the_repeated_recipe_launches_its_control_twice_and_is_judged_on_it():
+    """training.repeat: its steps are the repeated recipe's params (stage_repeat_steps), its tolerance that recipe's
+    judge's; the other recipe and its judge get neither, so an edit to it reruns only the repeated recipe."""
+    from qwen3_pilot.parse_time.config import stage_judging, stage_repeat_steps, stage_training
+
+    config = default_config({"training": {"repeat": {"loss_tolerance": 0.5}}})
+    assert stage_repeat_steps(config, "train_native") == 3 and stage_repeat_steps(config, "train_hf") == 0
+    assert stage_judging(config, "train_native")["repeat_loss_tolerance"] == 0.5
+    assert "repeat_loss_tolerance" not in stage_judging(config, "train_hf")
+    assert "repeat" not in stage_training(config, "train_native")  # the benchmark shares these params
+
+
 def test_export_reload_and_kernel_numerics_measure_without_the_keys_their_judge_reads():
     """A tolerance edit re-judges without measuring again: the measuring rule's params (stage_measuring) leave out
     exactly the keys the judge's (stage_judging) hold."""

@@ -75,7 +75,7 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     launches = report["checks"]["launches"]["figures"]
     assert {(launch["stage"], launch["launch"]) for launch in launches} >= {
         ("verify_ranks", "ranks"), ("train_native", "run"), ("train_native", "control"), ("train_native", "plain"),
-        ("train_hf", "run"),
+        ("train_native", "repeat"), ("train_hf", "run"),
         ("moe_reduced", "run"), ("moe_reduced", "plain"), ("kernel_numerics", "stage process (no torchrun)"),
     }
     # kernel_numerics uses the device in the stage's own process, with the environment it sets there: the

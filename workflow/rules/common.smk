@@ -21,6 +21,7 @@ from qwen3_pilot.parse_time.config import (
     stage_judging,
     stage_measuring,
     stage_kernel_rules,
+    stage_repeat_steps,
     stage_training,
 )
 from qwen3_pilot.neuron_stack import (
@@ -260,6 +261,11 @@ def get_train_inputs(wildcards):
 def get_training(wildcards):
     """The training settings one training stage's runs read (its recipe's own, no threshold)."""
     return stage_training(config, wildcards.stage)
+
+
+def get_repeat_steps(wildcards):
+    """The steps of this recipe's random-init control that are launched twice (training.repeat); 0: none."""
+    return stage_repeat_steps(config, wildcards.stage)
 
 
 def get_judging(wildcards):

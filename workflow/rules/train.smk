@@ -1,5 +1,6 @@
 # Training and what is checked on it: train_hf and train_native (torchtitan's trainer on both 4B recipes,
-# from the fetched weights, each with a random-init control on the same batch), compare_recipes,
+# from the fetched weights, each with a random-init control on the same batch, launched twice where
+# training.repeat lists the recipe), compare_recipes,
 # export_reload, kernel_numerics and moe_reduced. Each of these but compare_recipes measures (measured.json)
 # and rule judge judges (summary.json), the benchmark's measured.json too: a threshold or tolerance edit
 # re-judges without measuring again.
@@ -8,7 +9,7 @@
 # One rule for both 4B recipes: {stage} is train_hf or train_native. The pins each recipe depends on
 # (qwen3_pilot/recipe_registry.py) and its kernel replacements (config kernels.<stage>) are per recipe, so a bump or a
 # kernel change reruns only the recipe that uses it. `plain` holds the run without kernel replacements, and stays empty
-# when the recipe has none.
+# when the recipe has none; `repeat` the control's second launch, empty when the recipe is not repeated.
 rule train:
     input:
         unpack(get_fetched_weights),
@@ -17,6 +18,7 @@ rule train:
         run=directory("results/{stage}/run"),
         control=directory("results/{stage}/control"),
         plain=directory("results/{stage}/plain"),
+        repeat=directory("results/{stage}/repeat"),
         recipe="results/{stage}/recipe.json",
         measured="results/{stage}/measured.json",
     log:
@@ -34,6 +36,7 @@ rule train:
         code=get_code("train.py"),
         backend=get_backend_config(),
         training=get_training,
+        repeat_steps=get_repeat_steps,
         kernels=get_recipe_kernel_rules,
         dataset=config["data"]["dataset"],
     message:

@@ -14,7 +14,7 @@ with StageRun.of_job(snakemake) as stage_run:
         cache_root=stage_run.cache_root,
         checkpoint_dir=Path(snakemake.input.checkpoint),
         corpus_dir=Path(snakemake.input.corpus),
-        ranks_summary=Path(snakemake.input.ranks),
+        ranks_record=Path(snakemake.input.ranks),
         out_dir=Path(snakemake.output.runs),
         measured_path=Path(snakemake.output.measured),
         log_path=stage_run.log_path,

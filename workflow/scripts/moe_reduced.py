@@ -13,7 +13,7 @@ with StageRun.of_job(snakemake) as stage_run:
         cache_root=stage_run.cache_root,
         checkpoint_dir=Path(snakemake.input.checkpoint),
         corpus_dir=Path(snakemake.input.corpus),
-        ranks_summary=Path(snakemake.input.ranks),
+        ranks_record=Path(snakemake.input.ranks),
         recipe_path=Path(snakemake.output.recipe),
         run_dir=Path(snakemake.output.run),
         plain_dir=Path(snakemake.output.plain),

@@ -62,6 +62,11 @@ def _train(f):
     line = (f"step-1 loss {number(gate['step1_loss_loaded'], 4)} vs random-init "
             f"{number(gate['step1_loss_random_init'], 4)}: gap {number(gate['gap'])} nats, needs >= "
             f"{number(gate['min_gap'])}")
+    repeat = f.get("repeat")
+    if isinstance(repeat, dict):
+        line += (f"; the control launched twice: {repeat['steps']} steps, losses max |diff| "
+                 f"{number(repeat['max_abs_loss_diff'])} (tolerance {number(repeat['tolerance'])}"
+                 + (", bit for bit)" if repeat["bit_identical"] else ")"))
     replacements = f.get("kernel_replacements")
     if isinstance(replacements, dict):
         line += "; " + _replacements(replacements)

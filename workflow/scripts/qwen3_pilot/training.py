@@ -26,7 +26,7 @@ from .problems import problem_list
 from .trainer_run import LAUNCH_RECORD, METRICS_FILE, RECIPE_ENV, TrainerRun, TrainingError, export_dir
 
 # Beside a stage's recipe.json (its TrainerRun): the same run without kernel replacements, and the random-init
-# control.
+# control (launched twice, into control/ and repeat/, where config training.repeat lists the recipe).
 PLAIN_RECIPE = "recipe.plain.json"
 CONTROL_RECIPE = "recipe.control.json"
 # What each of those runs changes in the stage's TrainerRun (the stages launch them; the preflight shows them).
@@ -81,9 +81,23 @@ def trainer_run(
     )
 
 
-def control_run(run: TrainerRun) -> TrainerRun:
-    """The random-init control of `run`: the same recipe and first batch, no checkpoint loaded, one step."""
-    return run.replace(**CONTROL_CHANGES)
+def control_run(run: TrainerRun, repeat_steps: int = 0) -> TrainerRun:
+    """The random-init control of `run`: the same recipe and first batch, no checkpoint loaded, one step, or
+    `repeat_steps` where it is launched twice (config training.repeat)."""
+    return run.replace(**control_changes(repeat_steps))
+
+
+def control_changes(repeat_steps: int = 0) -> dict[str, Any]:
+    """What the control changes in its stage's TrainerRun (CONTROL_CHANGES, with the repeated steps)."""
+    return {**CONTROL_CHANGES, "steps": repeat_steps or CONTROL_CHANGES["steps"]}
+
+
+def repeat_figures(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> dict[str, Any]:
+    """Two launches of the same run, step by step: their losses and the largest difference between them (0.0 and
+    bit_identical when every loss is the same float; the metrics lines hold each loss exactly, as JSON repr)."""
+    pairs = [(a["loss"], b["loss"]) for a, b in zip(first, second, strict=True)]
+    return {"steps": len(pairs), "first_losses": [a for a, _ in pairs], "second_losses": [b for _, b in pairs],
+            "max_abs_loss_diff": max(abs(a - b) for a, b in pairs), "bit_identical": all(a == b for a, b in pairs)}
 
 
 def clear_run_dir(run_dir: Path) -> None:
@@ -224,9 +238,9 @@ def usable_backend(stage: str, backend_config: dict[str, Any], cache_root: str) 
     return backend
 
 
-def ranks_peak_flops(ranks_summary: Path) -> float:
+def ranks_peak_flops(ranks_record: Path) -> float:
     """MFU's denominator, as verify_ranks recorded it."""
-    return json.loads(ranks_summary.read_text())["figures"]["live"]["peak_flops_per_rank"]
+    return json.loads(ranks_record.read_text())["figures"]["live"]["peak_flops_per_rank"]
 
 
 def launch_and_read(

@@ -223,6 +223,13 @@ def stage_training(config: dict[str, Any], *stages: str) -> dict[str, Any]:
     return key_sorted(part)
 
 
+def stage_repeat_steps(config: dict[str, Any], stage: str) -> int:
+    """How many steps of `stage`'s random-init control are launched twice (config training.repeat); 0: not repeated,
+    and the control runs its one step."""
+    repeat = config["training"]["repeat"]
+    return repeat["steps"] if stage in repeat["recipes"] else 0
+
+
 def split_by_judging_keys(config: dict[str, Any], stage: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Config section `stage` in two halves: without the keys its judge reads (JUDGING_KEYS), and those keys
     alone, nested as in the config; each key-sorted."""
@@ -243,9 +250,10 @@ def stage_measuring(config: dict[str, Any], stage: str) -> dict[str, Any]:
 
 def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
     """What rule judge holds one stage's measured figures to, as its params. For a training stage: the loaded-weights
-    gate with this recipe's control band (FROM_FETCHED_WEIGHTS_STAGES), the reasons of its accepted differences, and
-    kernels.loss_tolerance where the stage replaces kernels (its replaced run against the plain one). For verify_ranks,
-    export_reload, kernel_numerics and the benchmark: their sections' JUDGING_KEYS, nested as in the config."""
+    gate with this recipe's control band (FROM_FETCHED_WEIGHTS_STAGES), the reasons of its accepted differences, the
+    repeated control's loss tolerance where training.repeat lists it, and kernels.loss_tolerance where the stage
+    replaces kernels (its replaced run against the plain one). For verify_ranks, export_reload, kernel_numerics and
+    the benchmark: their sections' JUDGING_KEYS, nested as in the config."""
     if stage in JUDGING_KEYS:
         return split_by_judging_keys(config, stage)[1]
     judging: dict[str, Any] = {}
@@ -253,6 +261,8 @@ def stage_judging(config: dict[str, Any], stage: str) -> dict[str, Any]:
         gate = config["training"]["gate"]
         judging["gate"] = {**gate, "control_above_ln_vocab": gate["control_above_ln_vocab"][stage]}
         judging["accepted_differences"] = config["training"]["accepted_differences"].get(stage, {})
+        if stage_repeat_steps(config, stage):
+            judging["repeat_loss_tolerance"] = config["training"]["repeat"]["loss_tolerance"]
     if stage_kernel_rules(config, stage):
         judging["loss_tolerance"] = config["kernels"]["loss_tolerance"]
     return key_sorted(judging)

@@ -41,12 +41,12 @@ STAGE = "benchmark"
 def run(
     *, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], moe: dict[str, Any],
     kernels: dict[str, list[dict[str, str]]], settings: dict[str, Any], cache_root: str, checkpoint_dir: Path,
-    corpus_dir: Path, ranks_summary: Path, out_dir: Path, measured_path: Path, log_path: Path,
+    corpus_dir: Path, ranks_record: Path, out_dir: Path, measured_path: Path, log_path: Path,
 ) -> dict[str, Any]:
     from ..summary import StageMeasurement
 
     backend = usable_backend(STAGE, backend_config, cache_root)
-    peak = ranks_peak_flops(ranks_summary)
+    peak = ranks_peak_flops(ranks_record)
     warmup, measured = settings["warmup_steps"], settings["measured_steps"]
     bench_training = {**training, "steps": warmup + measured}
     vocab_size = read_checkpoint_values(checkpoint_dir)["vocab_size"]

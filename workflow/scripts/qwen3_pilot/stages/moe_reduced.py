@@ -25,7 +25,7 @@ from ..training import (
 
 def run(
     *, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], moe: dict[str, Any],
-    kernels: dict[str, Any], cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path,
+    kernels: dict[str, Any], cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_record: Path,
     recipe_path: Path, run_dir: Path, plain_dir: Path, measured_path: Path, log_path: Path,
 ) -> dict[str, Any]:
     from ..summary import StageMeasurement
@@ -47,7 +47,7 @@ def run(
     trained_params = count_parameters(reduced_moe_model(trained_spec))
     trainer = trainer_run(
         stage=STAGE, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
-        training=training, peak_flops_per_rank=ranks_peak_flops(ranks_summary),
+        training=training, peak_flops_per_rank=ranks_peak_flops(ranks_record),
         # Unused by this recipe (no checkpoint to match); launch_failure looks for it.
         parity_path=recipe_path.with_name(PARITY_FILE), replacements=kernels["rules"],
         lnc=backend_config["neuron"]["lnc"],

@@ -1,5 +1,6 @@
 """Stages train_hf and train_native, measuring: one recipe trained from the fetched weights, a random-init control
-on the same batch and, with kernel replacements, the same run without them; measured.json holds what they measured
+on the same batch (launched twice where config training.repeat lists the recipe) and, with kernel replacements, the
+same run without them; measured.json holds what they measured
 and rule judge holds it to the configured thresholds (stages/judge.py)."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ..training import (
     export_files,
     launch_and_read,
     ranks_peak_flops,
+    repeat_figures,
     replaced_and_plain,
     trainer_run,
     usable_backend,
@@ -28,14 +30,14 @@ from ..training import (
 
 def run(
     *, stage: str, backend_config: dict[str, Any], dataset: str, training: dict[str, Any], kernels: dict[str, Any],
-    cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_summary: Path, recipe_path: Path, run_dir: Path,
-    control_dir: Path, plain_dir: Path, measured_path: Path, log_path: Path,
+    cache_root: str, checkpoint_dir: Path, corpus_dir: Path, ranks_record: Path, recipe_path: Path, run_dir: Path,
+    control_dir: Path, plain_dir: Path, repeat_dir: Path, measured_path: Path, log_path: Path, repeat_steps: int = 0,
 ) -> dict[str, Any]:
     from ..summary import StageMeasurement
 
     backend = usable_backend(stage, backend_config, cache_root)
     checkpoint = read_checkpoint_values(checkpoint_dir)  # config.json problems fail before any launch
-    peak = ranks_peak_flops(ranks_summary)
+    peak = ranks_peak_flops(ranks_record)
     parity_path = recipe_path.with_name(PARITY_FILE)
     parity_path.unlink(missing_ok=True)
     trainer = trainer_run(
@@ -46,16 +48,21 @@ def run(
     control_recipe = recipe_path.with_name(CONTROL_RECIPE)
     runs: dict[str, Launch] = {}
     steps: dict[str, list[dict[str, Any]]] = {}
-    for name, folder, run, path in (
-        ("fetched weights", run_dir, trainer, recipe_path),
-        ("random-init control", control_dir, control_run(trainer), control_recipe),
-    ):
+    control = control_run(trainer, repeat_steps)
+    repeat_dir.mkdir(parents=True, exist_ok=True)  # empty unless the control is launched twice
+    launches = [("fetched weights", run_dir, trainer, recipe_path),
+                ("random-init control", control_dir, control, control_recipe)]
+    if repeat_steps:
+        # The same recipe file launched again: the same seed, batches and steps from the same random init.
+        launches.append(("random-init control, again", repeat_dir, control, control_recipe))
+    for name, folder, run, path in launches:
         runs[name], steps[name] = launch_and_read(
             f"{stage} ({name})", backend, run, config_function=recipe_of(stage).config_function, recipe_path=path,
             run_dir=folder, log_path=log_path,
         )
-    loaded, control = steps["fetched weights"], steps["random-init control"]
-    record_measured(steps=loaded, control_steps=control)
+    loaded, control_steps = steps["fetched weights"], steps["random-init control"]
+    repeat = repeat_figures(control_steps, steps["random-init control, again"]) if repeat_steps else None
+    record_measured(steps=loaded, control_steps=control_steps, repeat=repeat)
     exported = export_files(run_dir, training["steps"])
     if not any(p.suffix == ".safetensors" for p in exported):
         raise TrainingError(f"{stage}: no safetensors export in {export_dir(run_dir, training['steps'])}")
@@ -84,14 +91,17 @@ def run(
             "peak_flops_source": backend.peak_flops_source,
             "launch_wall_s": {name: round(run.wall_s, 2) for name, run in runs.items()},
             "steps": loaded,
-            "control_steps": control,
+            "control_steps": control_steps,
+            # The control launched twice (training.repeat): rule judge holds the losses to its tolerance.
+            "repeat": repeat or "not repeated (training.repeat.recipes)",
             "export_dir": export_dir(run_dir, training["steps"]).as_posix(),
             "kernel_replacements": replacements or "none configured (kernels." + stage + ")",
         },
     )
     plain = [recipe_path.with_name(PLAIN_RECIPE), plain_dir / METRICS_FILE] if replacements else []
+    repeated = [repeat_dir / METRICS_FILE] if repeat_steps else []
     measurement.add_artifacts([recipe_path, control_recipe, parity_path, run_dir / METRICS_FILE,
-                               control_dir / METRICS_FILE, *plain, *exported])
+                               control_dir / METRICS_FILE, *repeated, *plain, *exported])
     return measurement.write(measured_path)
 
 

@@ -1,6 +1,6 @@
-"""Rule judge for the training stages (train_hf, train_native): the loaded-weights gate, the parity table's
-reasons, and the kernel replacements' losses against the plain run (moe_reduced's judge too), held to their
-configured thresholds.
+"""Rule judge for the training stages (train_hf, train_native): the loaded-weights gate, the repeated control's
+losses, the parity table's reasons, and the kernel replacements' losses against the plain run (moe_reduced's judge
+too), held to their configured thresholds.
 Apart from what the stages measure with (training.py), which never imports it: an edit here re-judges the
 recorded figures and trains nothing (parse_time/code.py)."""
 
@@ -104,6 +104,11 @@ def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any], b
     figures["gate"] = gate
     if problems:
         raise TrainingError(problem_list(f"{stage}: loaded-weights gate failed", problems))
+    repeat = figures.get("repeat")  # absent from a record measured before training.repeat
+    if isinstance(repeat, dict):
+        problems = repeat_problems(repeat, judging["repeat_loss_tolerance"])
+        if problems:
+            raise TrainingError(problem_list(f"{stage}: the same launch did not repeat", problems))
     figures["parity"] = with_reasons(figures["parity"], judging["accepted_differences"])
     replacements = figures["kernel_replacements"] = replaced_against_plain(
         stage, loaded, figures["kernel_replacements"], judging.get("loss_tolerance"))
@@ -116,7 +121,7 @@ def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any], b
             f"a random-init control on the same batch ({gate['step1_loss_random_init']:.4f}; ln vocab "
             f"{gate['ln_vocab']:.2f}): the weights loaded. The model matches config.json on every parity field "
             "(or on an accepted difference, listed with its reason)."
-            + replacement_proves(replacements)
+            + replacement_proves(replacements) + repeat_proves(repeat)
         ),
         "does_not_prove": (
             f"That training improves the model: {len(loaded)} steps on a small corpus say nothing about convergence, "
@@ -124,7 +129,32 @@ def judge_recipe(stage: str, figures: dict[str, Any], judging: dict[str, Any], b
             + ("a measured CPU matmul peak, not an accelerator's peak; " if cpu else "the published peak; ")
             + "throughput here predicts nothing about another backend."
             + (" These were tiny models on CPU ranks, not Qwen3-4B on a trn2." if cpu else "")
+            + (" The repeat is of the random-init control, two launches on the same machine and ranks: it says "
+               "nothing of runs elsewhere, at another rank count, or of the checkpoint load."
+               if isinstance(repeat, dict) else "")
         ),
     }
+
+
+def repeat_problems(repeat: dict[str, Any], tolerance: float) -> list[str]:
+    """The random-init control launched twice (stages/train.py): its per-step losses held to `tolerance`
+    (training.repeat.loss_tolerance, recorded into `repeat`)."""
+    repeat["tolerance"] = tolerance
+    if repeat["max_abs_loss_diff"] <= tolerance:
+        return []
+    worst = next(step for step, (a, b) in enumerate(zip(repeat["first_losses"], repeat["second_losses"],
+                                                        strict=True), 1) if abs(a - b) > tolerance)
+    return [f"the random-init control launched twice with the same seed and batches gave losses up to "
+            f"{repeat['max_abs_loss_diff']:.3g} apart over {repeat['steps']} steps (first past the tolerance at step "
+            f"{worst}); training.repeat.loss_tolerance = {tolerance}"]
+
+
+def repeat_proves(repeat: dict[str, Any] | str | None) -> str:
+    if not isinstance(repeat, dict):
+        return ""
+    agreement = ("bit for bit" if repeat["bit_identical"] else
+                 f"within {repeat['tolerance']} (largest difference {repeat['max_abs_loss_diff']:.3g})")
+    return (f" The random-init control, launched a second time with the same seed and batches, logged the same "
+            f"losses over {repeat['steps']} steps, {agreement}: one launch of this recipe repeats on this backend.")
 
 

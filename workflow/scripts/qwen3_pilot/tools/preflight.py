@@ -42,6 +42,7 @@ from ..parse_time.config import (
     deep_update,
     resolve_config,
     stage_kernel_rules,
+    stage_repeat_steps,
     stage_training,
 )
 from ..paths import PROJECT, WORKFLOW, RunFolder
@@ -272,10 +273,10 @@ def launch_plan(config: dict[str, Any], backend, project: Path, configfiles: lis
     from ..backends.neuron import launch_environment_problems
     from ..ranks import rank_worker_command
     from ..training import (
-        CONTROL_CHANGES,
         CONTROL_RECIPE,
         PLAIN_CHANGES,
         PLAIN_RECIPE,
+        control_changes,
         trainer_launch,
     )
 
@@ -304,7 +305,10 @@ def launch_plan(config: dict[str, Any], backend, project: Path, configfiles: lis
         stage = recipe.stage
         kinds = [("run", "recipe.json", {})]
         if recipe.from_fetched_weights:
-            kinds.append(("control", CONTROL_RECIPE, CONTROL_CHANGES))
+            repeat_steps = stage_repeat_steps(config, stage)
+            kinds.append(("control", CONTROL_RECIPE, control_changes(repeat_steps)))
+            if repeat_steps:  # the same control again (training.repeat)
+                kinds.append(("repeat", CONTROL_RECIPE, control_changes(repeat_steps)))
         if stage_kernel_rules(config, stage):
             kinds.append(("plain", PLAIN_RECIPE, PLAIN_CHANGES))
         for kind, recipe_file, settings in kinds:
