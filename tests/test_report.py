@@ -16,7 +16,7 @@ from qwen3_pilot.summary import StageSummary
 
 CONFIG = {"backend": "cpu", "ranks": 2, "weights": {"source": "fixture", "repo_id": "pilot-fixture/tiny-qwen3"},
           "report": {"baseline": None}, "training": {"steps": 10}, "moe": {"layers": 4, "experts": 64, "top_k": 4},
-          "plan": {"world_size": 64, "flavor": "4B"}}
+          "plan": {"world_size": 64, "flavor": "4B"}, "convergence": {"steps": 100}}
 
 
 def write_summary(folder, stage, status="pass", **fields):
@@ -37,6 +37,7 @@ def test_stage_titles_take_their_figures_from_the_config():
     assert titles["train_native"] == "Train the native torchtitan 4B recipe (10 steps)"
     assert titles["moe_reduced"] == "Train the reduced MoE (4 layers, 64 experts, top-4)"
     assert titles["verify_ranks"] == "Verify the 2 ranks and the 64-rank plan of Qwen3-4B"
+    assert titles["convergence"] == "Convergence: the native recipe 100 steps, its held-out loss"
     assert report_titles({**CONFIG, "training": {"steps": 3}})["train_hf"].endswith("(3 steps)")
 
 
@@ -204,7 +205,7 @@ def test_a_failure_blocks_every_stage_downstream_of_it_however_far(tmp_path, mon
     notes = {s["stage"]: s["notes"] for s in report["stages"] if s["status"] == "not_run"}
     blocked = {stage for stage, note in notes.items() if note == ["blocked by fetch_corpus, which failed"]}
     assert blocked == {"fixture_checkpoint", "fetch_weights", "train_hf", "train_native", "compare_recipes",
-                       "export_reload", "moe_reduced", "benchmark"}
+                       "convergence", "export_reload", "moe_reduced", "benchmark"}
     assert {s["stage"]: s["status"] for s in report["stages"]}["kernel_numerics"] == "pass"
 
 

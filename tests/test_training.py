@@ -20,6 +20,7 @@ from qwen3_pilot.training import (
     control_changes,
     launch_failure,
     read_steps,
+    read_validation,
     repeat_figures,
     replacement_check,
 )
@@ -256,3 +257,15 @@ def test_identical_launches_are_bit_identical_and_pass_a_zero_tolerance():
 def test_the_control_runs_the_repeated_steps_or_its_one_step():
     assert control_changes(3) == {"use_checkpoint": False, "steps": 3}
     assert control_changes(0) == {"use_checkpoint": False, "steps": 1}
+
+
+def test_validation_lines_are_read_apart_from_the_training_steps(tmp_path):
+    """torchtitan's validator logs through the same loggers, under the step it followed: a validation line read as a
+    step would make the steps 1, 1, 2 and fail the run."""
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("\n".join(json.dumps(record) for record in (
+        {"step": 1, "loss_metrics/global_avg_loss": 6.5}, {"step": 1, "validation_metrics/loss": 6.25},
+        {"step": 2, "loss_metrics/global_avg_loss": 6.0}, {"step": 2, "validation_metrics/loss": "nan"})) + "\n")
+    assert [(s["step"], s["loss"]) for s in read_steps(metrics)] == [(1, 6.5), (2, 6.0)]
+    held = read_validation(metrics)
+    assert held[0] == {"step": 1, "loss": 6.25} and held[1]["step"] == 2 and math.isnan(held[1]["loss"])

@@ -85,6 +85,13 @@ def test_defaults_fill_in_and_the_default_config_passes():
     assert config_problems(config) == []
 
 
+def test_a_convergence_run_evaluated_only_once_is_refused_before_any_job():
+    config = default_config({"convergence": {"steps": 20, "eval_every": 25}})
+    assert config_problems(config) == [
+        "convergence.eval_every = 25 is more than convergence.steps = 20: the held-out loss would be measured once, "
+        "after step 1, with nothing to fall from"]
+
+
 def test_trn2_config_is_valid_and_has_the_pilot_values():
     config = yaml.safe_load((PROJECT / "config" / "trn2.yaml").read_text())
     validate(config, str(SCHEMA))

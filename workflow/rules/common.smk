@@ -33,7 +33,11 @@ from qwen3_pilot.neuron_stack import (
 from qwen3_pilot.parse_time.code import CodeCache, stage_code
 from qwen3_pilot.paths import HERE
 from qwen3_pilot.pins import installed_version, read_pins
-from qwen3_pilot.recipe_registry import FROM_FETCHED_WEIGHTS_STAGES, recipe_of
+from qwen3_pilot.recipe_registry import (
+    CONVERGENCE,
+    FROM_FETCHED_WEIGHTS_STAGES,
+    recipe_of,
+)
 from qwen3_pilot.stages import STAGES, UPSTREAM, downstream_of, skipped_stages
 from qwen3_pilot.unlock import stale_lock_note
 

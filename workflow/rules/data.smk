@@ -2,7 +2,8 @@
 # for the published weights.
 
 
-# The training corpus: c4_test downloaded at a pinned commit, or the local file in data.path. A few MB,
+# The training corpus: c4_test downloaded at a pinned commit, or the local file in data.path, less every
+# data.heldout_every-th document, which goes to the held-out split only the convergence stage reads. A few MB,
 # fetched where Snakemake runs (a cluster's compute nodes often reach no internet), never as a cluster job.
 localrules:
     fetch_corpus,
@@ -13,6 +14,7 @@ rule fetch_corpus:
         get_corpus_source(),
     output:
         corpus=directory("results/fetch_corpus/c4_test"),
+        heldout=directory("results/fetch_corpus/heldout"),
         summary="results/fetch_corpus/summary.json",
     log:
         "logs/fetch_corpus/fetch_corpus.log",

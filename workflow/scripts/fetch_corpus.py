@@ -8,5 +8,6 @@ with StageRun.of_job(snakemake) as stage_run:
         data=snakemake.params.data,
         backend=snakemake.params.backend,
         out_dir=Path(snakemake.output.corpus),
+        heldout_dir=Path(snakemake.output.heldout),
         summary_path=Path(snakemake.output.summary),
     )

@@ -1,7 +1,8 @@
 """The training corpus (what stage fetch_corpus fetches): c4_test from the torchtitan repository at a pinned
 commit (verified by its git blob sha1), or a local file (the corpus that ships with the pilot by default).
 Written as `<out>/data.json`, JSON lines with a "text" field: the folder torchtitan's `c4_test` loader
-(`load_dataset(path, split="train")`) reads."""
+(`load_dataset(path, split="train")`) reads; every data.heldout_every-th document goes to a held-out folder of the
+same layout instead, which only the convergence stage's validation reads."""
 
 from __future__ import annotations
 
@@ -68,27 +69,48 @@ def read_documents(path: Path, min_chars: int) -> tuple[list[str], str]:
     return docs, kind
 
 
-def fetch_corpus(data: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """Writes the corpus folder atomically and returns its figures."""
+def split_documents(docs: list[str], heldout_every: int) -> tuple[list[str], list[str]]:
+    """(training documents, held-out documents): every `heldout_every`-th document, counted from 1, is held out. The
+    same corpus always splits the same way."""
+    heldout = [doc for index, doc in enumerate(docs, 1) if index % heldout_every == 0]
+    training = [doc for index, doc in enumerate(docs, 1) if index % heldout_every != 0]
+    return training, heldout
+
+
+def write_documents(docs: list[str], folder: Path) -> Path:
+    """`docs` as JSON lines with "text" in `folder`/CORPUS_FILE, the layout torchtitan's c4_test loader reads."""
+    target = folder / CORPUS_FILE
+    with open(target, "w", encoding="utf-8") as out:
+        for doc in docs:
+            out.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
+    return target
+
+
+def fetch_corpus(data: dict[str, Any], out_dir: Path, heldout_dir: Path) -> dict[str, Any]:
+    """Writes the training documents to `out_dir` and the held-out ones (data.heldout_every) to `heldout_dir`, each
+    folder atomically, and returns their figures. Every stage that trains reads `out_dir`; only the convergence
+    stage's validation reads `heldout_dir`, so no training run, the fixture's pretraining included, sees it."""
     with staging_dir(out_dir) as tmp:
-        target = tmp / CORPUS_FILE
         if data["path"] is None:
-            download(data["url"], target, data["git_blob_sha1"])
-            docs, _ = read_documents(target, 1)
+            download(data["url"], tmp / "download.json", data["git_blob_sha1"])
+            docs, _ = read_documents(tmp / "download.json", 1)
+            (tmp / "download.json").unlink()
             figures = {"source": data["url"], "kind": "c4_test download", "git_blob_sha1": data["git_blob_sha1"]}
         else:
             docs, kind = read_documents(Path(data["path"]), data["min_chars"])
-            with open(target, "w", encoding="utf-8") as out:
-                for doc in docs:
-                    out.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
             figures = {
                 "source": str(data["path"]),
                 "kind": f"local file ({kind})",
                 "source_sha256": sha256_file(Path(data["path"])),
             }
-        figures.update(
-            documents=len(docs),
-            characters=sum(len(d) for d in docs),
-            bytes=target.stat().st_size,
-        )
+        training, heldout = split_documents(docs, data["heldout_every"])
+        if not heldout:
+            raise CorpusError(f"{figures['source']}: {len(docs)} documents, none held out with data.heldout_every = "
+                              f"{data['heldout_every']}: the convergence stage needs a held-out split")
+        target = write_documents(training, tmp)
+        figures.update(documents=len(training), characters=sum(len(d) for d in training), bytes=target.stat().st_size)
+    with staging_dir(heldout_dir) as tmp:
+        target = write_documents(heldout, tmp)
+        figures["heldout"] = {"every": data["heldout_every"], "documents": len(heldout),
+                              "characters": sum(len(d) for d in heldout), "bytes": target.stat().st_size}
     return figures

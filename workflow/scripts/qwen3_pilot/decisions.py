@@ -26,7 +26,8 @@ def _pin_env(f: dict[str, Any]) -> str:
 
 
 def _fetch_corpus(f):
-    return f"{f['documents']:,} documents, {number(f['bytes'] / 1e6)} MB, sha256 {f['source_sha256'][:12]}..."
+    return (f"{f['documents']:,} training + {f['heldout']['documents']:,} held-out documents, "
+            f"{number(f['bytes'] / 1e6)} MB, sha256 {f['source_sha256'][:12]}...")
 
 
 def _fixture(f):
@@ -51,9 +52,8 @@ def _verify_ranks(f):
     line += f"; bus bandwidth at {number(largest)} MiB: " + ", ".join(
         f"{row['collective']} {number(row['busbw_gbps'])} GB/s" for row in rows if row["size_mib"] == largest)
     held = [row for row in rows if row.get("floor_gbps") is not None]
-    if "floor" in f:
-        line += (f"; {sum(row['busbw_gbps'] >= row['floor_gbps'] for row in held)} of {len(held)} held sizes at or "
-                 f"above their floor (from {number(f['floor']['from_mib'])} MiB; {f['floor']['basis']})")
+    if "floor" in f:  # the floor's basis is in the stage's details
+        line += f"; floor met at {sum(row['busbw_gbps'] >= row['floor_gbps'] for row in held)} of {len(held)} sizes"
     return line
 
 
@@ -64,9 +64,8 @@ def _train(f):
             f"{number(gate['min_gap'])}")
     repeat = f.get("repeat")
     if isinstance(repeat, dict):
-        line += (f"; the control launched twice: {repeat['steps']} steps, losses max |diff| "
-                 f"{number(repeat['max_abs_loss_diff'])} (tolerance {number(repeat['tolerance'])}"
-                 + (", bit for bit)" if repeat["bit_identical"] else ")"))
+        line += ("; repeated: bit for bit" if repeat["bit_identical"] else
+                 f"; repeated: max |diff| {number(repeat['max_abs_loss_diff'])} (<= {number(repeat['tolerance'])})")
     replacements = f.get("kernel_replacements")
     if isinstance(replacements, dict):
         line += "; " + _replacements(replacements)
@@ -127,11 +126,19 @@ def _benchmark(f):
             + ("" if first["cost"] is None else f", cost {number(first['cost'])} {f['price']['currency']}"))
 
 
+def _convergence(f):
+    fall, spikes = f["heldout_fall"], f["spikes"]
+    worst = max((spike["ratio"] for spike in (spikes["training"], spikes["held-out"]) if spike), default=None)
+    return (f"held-out loss {number(fall['first']['loss'], 4)} -> {number(fall['last']['loss'], 4)}: fall "
+            f"{number(fall['fall'])}, needs >= {number(fall['min_fall'])}; spikes {number(worst)}x, allowed "
+            f"{number(spikes['max_spike_ratio'])}x")
+
+
 DECIDING: dict[str, Callable[[dict[str, Any]], str]] = {
     "pin_env": _pin_env, "fetch_corpus": _fetch_corpus, "fixture_checkpoint": _fixture,
     "fetch_weights": _fetch_weights, "verify_ranks": _verify_ranks, "train_hf": _train, "train_native": _train,
-    "compare_recipes": _compare, "export_reload": _export_reload, "kernel_numerics": _kernel_numerics,
-    "moe_reduced": _moe_reduced, "benchmark": _benchmark,
+    "compare_recipes": _compare, "convergence": _convergence, "export_reload": _export_reload,
+    "kernel_numerics": _kernel_numerics, "moe_reduced": _moe_reduced, "benchmark": _benchmark,
 }
 
 

@@ -241,9 +241,33 @@ def bandwidth_figure(stages: list[dict[str, Any]]):
     return figure
 
 
+def convergence_png(stages: list[dict[str, Any]]) -> str | None:
+    return _encoded(convergence_figure(stages))
+
+
+def convergence_figure(stages: list[dict[str, Any]]):
+    """The convergence run's training loss per step and its held-out loss at each evaluation."""
+    run = next((s for s in stages if s["stage"] == "convergence" and s["status"] == "pass"), None)
+    if run is None:
+        return None
+    figures = run["figures"]
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 3.6), dpi=100)
+    train, heldout = figures["train_loss"], figures["heldout_loss"]
+    axes.plot([p["step"] for p in train], [p["loss"] for p in train], linewidth=1.0, label="training (its batch)")
+    axes.plot([p["step"] for p in heldout], [p["loss"] for p in heldout], marker="o", linewidth=1.8,
+              label=f"held-out ({figures['eval_batches']} batches per evaluation)")
+    axes.set_xlabel("step")
+    axes.set_ylabel("loss (nats)")
+    axes.set_title(f"Convergence: {figures['recipe']} for {figures['steps_trained']} steps from the fetched weights")
+    axes.legend(fontsize=7)
+    axes.grid(alpha=0.3)
+    return figure
+
+
 # Figures a plot draws in full, by the stage (and the plot's place in the report): the page shows the plot
 # instead of tabling them; report.json keeps them.
-DRAWN_IN_FULL: dict[str, tuple[str, ...]] = {"benchmark": ("step_times",)}
+DRAWN_IN_FULL: dict[str, tuple[str, ...]] = {"benchmark": ("step_times",), "convergence": ("train_loss",)}
 
 
 def report_plots(stages: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
@@ -255,5 +279,6 @@ def report_plots(stages: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
         "kernel_numerics": ("kernel numerics per op and dtype", numerics_png(stages)),
         "benchmark": ("step time per step of each benchmarked recipe and run", benchmark_png(stages)),
         "verify_ranks": ("bus bandwidth of each collective against its size", bandwidth_png(stages)),
+        "convergence": ("training and held-out loss per step of the convergence run", convergence_png(stages)),
     }
     return {where: {"alt": alt, "png": png} for where, (alt, png) in drawn.items() if png}

@@ -49,3 +49,8 @@ def recipe_of(stage: str) -> Recipe:
         return BY_STAGE[stage]
     except KeyError:
         raise KeyError(f"{stage!r} trains no recipe; the recipes' stages: {', '.join(BY_STAGE)}") from None
+
+
+# The recipe the convergence stage trains for longer and validates on the held-out split: the native one, the
+# configuration a team would train with.
+CONVERGENCE = recipe_of("train_native")

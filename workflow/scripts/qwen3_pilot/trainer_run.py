@@ -57,6 +57,11 @@ class TrainerRun:
     compile_backend: str | None = None  # torch.compile with this backend; None: eager
     moe: dict[str, Any] | None = None  # the reduced MoE's spec (moe.model_spec)
     router_load_path: str | None = None  # where the reduced MoE's router load goes (ROUTER_LOAD_FILE)
+    # torchtitan's validator on a held-out folder (the convergence stage): its loss after step 1 and every
+    # `validation_every` steps, over `validation_batches` batches; None: no validation.
+    validation_path: str | None = None
+    validation_every: int = 0
+    validation_batches: int = 0
 
     # The files the ranks write outside the run folder: a relaunch into a scratch folder moves them too.
     RANK_OUTPUTS = ("parity_path", "router_load_path")

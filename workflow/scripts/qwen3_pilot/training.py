@@ -192,16 +192,33 @@ def launch_failure(what: str, launch_result: Launch, parity_path: Path) -> Train
     return TrainingError(f"{what}: {cause} (full output: {launch_result.log_path})")
 
 
+# torchtitan's validator logs through the same loggers as the training steps, one line per validation with this
+# metric (MetricsProcessor.log_validation), under the step it followed.
+VALIDATION_LOSS = "validation_metrics/loss"
+
+
 def read_steps(metrics_path: Path) -> list[dict[str, Any]]:
-    """torchtitan's per-step metrics (rank 0's JSON lines) as the stage's per-step table."""
+    """torchtitan's per-step metrics (rank 0's JSON lines) as the stage's per-step table; validation lines are
+    read_validation's."""
     if not metrics_path.exists():
         return []
     steps = []
     for line in metrics_path.read_text().splitlines():
         record = json.loads(line)
+        if VALIDATION_LOSS in record:
+            continue
         steps.append({"step": int(record["step"]),
                       **{name: _number(record.get(key)) for name, key in STEP_METRICS.items()}})
     return steps
+
+
+def read_validation(metrics_path: Path) -> list[dict[str, Any]]:
+    """The held-out losses torchtitan's validator logged, by the training step they followed."""
+    if not metrics_path.exists():
+        return []
+    records = (json.loads(line) for line in metrics_path.read_text().splitlines())
+    return [{"step": int(record["step"]), "loss": _number(record[VALIDATION_LOSS])}
+            for record in records if VALIDATION_LOSS in record]
 
 
 def _number(value: Any) -> float | None:

@@ -117,6 +117,11 @@ def config_problems(config: dict[str, Any]) -> list[str]:
     if outside:
         problems.append(f"benchmark.compile_recipes = {bench['compile_recipes']}: {', '.join(outside)} not in "
                         f"benchmark.recipes = {bench['recipes']}")
+    convergence = config["convergence"]
+    if convergence["eval_every"] > convergence["steps"]:
+        problems.append(f"convergence.eval_every = {convergence['eval_every']} is more than convergence.steps = "
+                        f"{convergence['steps']}: the held-out loss would be measured once, after step 1, with "
+                        "nothing to fall from")
     baseline = config["report"]["baseline"]
     if baseline:
         problems.extend(baseline_problems(Path(baseline), config["backend"]))
@@ -186,12 +191,13 @@ TRAINER_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "se
                 "mixed_precision_param", "export_dtype", "attention", "comm_init_timeout_s", "comm_train_timeout_s")
 # The stages that measure and leave their judging to rule judge (measured.json -> summary.json): a threshold,
 # tolerance or reason edit re-judges their figures without training or measuring again.
-JUDGED_STAGES = ("verify_ranks", "train_hf", "train_native", "moe_reduced", "export_reload", "kernel_numerics",
-                 "benchmark")
+JUDGED_STAGES = ("verify_ranks", "train_hf", "train_native", "convergence", "moe_reduced", "export_reload",
+                 "kernel_numerics", "benchmark")
 # The keys of a measuring stage's own config section that only its judge reads: the measuring rule's params
 # leave them out (stage_measuring), the judge's hold them (stage_judging).
 JUDGING_KEYS: dict[str, tuple[tuple[str, ...], ...]] = {
     "verify_ranks": (("floor",),),
+    "convergence": (("min_fall",), ("max_spike_ratio",)),
     "export_reload": (("logits_tolerance",), ("min_argmax_agreement",)),
     "kernel_numerics": (("rope", "tolerances"), ("moe", "tolerances"), ("train", "tiny_model_loss_tolerance"),
                         ("compile", "tolerances")),

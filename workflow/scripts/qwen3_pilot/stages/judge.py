@@ -1,5 +1,5 @@
 """Rule judge: a measuring stage's figures (its measured.json) held to the configured thresholds, into the
-stage's summary.json: verify_ranks, the training stages (stages/train.py, stages/moe_reduced.py),
+stage's summary.json: verify_ranks, the training stages (stages/train.py, stages/moe_reduced.py), convergence,
 export_reload, kernel_numerics and the benchmark. Apart from measuring, so that an edit to a gate threshold, a
 tolerance, a floor or an accepted difference's reason re-judges the recorded figures in a second instead of training
 or measuring again (on a trn2: a compile and a run per stage)."""
@@ -14,6 +14,7 @@ from ..artifacts import describe_artifact
 from ..stage_progress import record_measured
 from ..summary import StageSummary
 from .benchmark_judging import judge_benchmark
+from .convergence_judging import judge_convergence
 from .export_reload_judging import judge_export_reload
 from .kernel_numerics.judging import judge_kernel_numerics
 from .moe_reduced_judging import judge_moe_reduced
@@ -43,5 +44,5 @@ def run(*, stage: str, judging: dict[str, Any], measured_path: Path, summary_pat
 
 
 JUDGES = {"verify_ranks": judge_verify_ranks, "train_hf": judge_recipe, "train_native": judge_recipe,
-          "moe_reduced": judge_moe_reduced, "export_reload": judge_export_reload,
+          "convergence": judge_convergence, "moe_reduced": judge_moe_reduced, "export_reload": judge_export_reload,
           "kernel_numerics": judge_kernel_numerics, "benchmark": judge_benchmark}

@@ -176,6 +176,11 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              fields=("dataset", "dataset_path"),
              since=_had("2026-02-23", "9810191bb", 2386, "2026-08-19, when 1b04fc1c3 (#4088) replaced the "
                         "dataloader with grain")),
+    ApiEntry("torchtitan.components.validate", "Validator.Config", "the native recipe sets them for the convergence "
+             "stage's held-out loss", users=(NATIVE,), fields=("enable", "freq", "steps", "dataloader"),
+             since=CONFIG_REFACTOR),
+    ApiEntry("torchtitan.trainer", "Trainer.Config", "the native recipe sets it for the convergence stage",
+             users=(NATIVE,), fields=("validator",), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.components.metrics", "MetricsProcessor.Config", "titan_metrics.py extends it",
              fields=("log_freq", "enable_tensorboard"), since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.components.metrics", "MetricsProcessor", "titan_metrics.py overrides them after "

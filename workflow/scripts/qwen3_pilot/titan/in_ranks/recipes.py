@@ -178,6 +178,13 @@ def _shared(config, recipe: TrainerRun):
     if recipe.compile_backend is not None:  # otherwise the base recipe's own setting
         config.compile.enable = True
         config.compile.backend = recipe.compile_backend
+    if recipe.validation_path is not None:
+        from torchtitan.components.validate import Validator
+
+        config.validator = Validator.Config(
+            enable=True, freq=recipe.validation_every, steps=recipe.validation_batches,
+            dataloader=HuggingFaceTextDataLoader.Config(dataset=recipe.dataset, dataset_path=recipe.validation_path),
+        )
     config.comm.init_timeout_seconds = recipe.comm_init_timeout_s
     config.comm.train_timeout_seconds = recipe.comm_train_timeout_s
     config.debug.seed = recipe.seed
