@@ -226,6 +226,6 @@ def test_the_failed_reports_first_screen_shows_the_failed_gates_against_the_thre
     threshold = f"needs >= {number(gate_runs.gap + 1.0)}"
     for stage in ("train_hf", "train_native"):
         assert rows[stage]["status"] == "fail" and "gap " in rows[stage]["figure"], rows[stage]
-        assert rows[stage]["figure"].endswith(threshold), rows[stage]
+        assert f"nats, {threshold}" in rows[stage]["figure"], rows[stage]
     for stage in ("compare_recipes", "export_reload"):
         assert rows[stage]["status"] == "not_run" and rows[stage]["figure"].startswith("blocked by train_"), rows[stage]
