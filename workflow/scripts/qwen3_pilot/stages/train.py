@@ -1,7 +1,7 @@
 """Stages train_hf and train_native, measuring: one recipe trained from the fetched weights, a random-init control
 on the same batch (launched twice where config training.repeat lists the recipe) and, with kernel replacements, the
-same run without them; measured.json holds what they measured
-and rule judge holds it to the configured thresholds (stages/judge.py)."""
+same run without them; measured.json holds what they measured and rule judge holds it to the configured thresholds
+(stages/judge.py)."""
 
 from __future__ import annotations
 
