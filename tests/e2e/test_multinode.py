@@ -105,7 +105,7 @@ def test_a_native_training_run_spans_the_two_hosts(two_hosts, trained_run, tmp_p
         stage="train_native", backend=backend, checkpoint=results / "fetch_weights" / "checkpoint",
         corpus_dir=results / "fetch_corpus" / "c4_test", dataset=config["data"]["dataset"],
         training={**config["training"], "steps": 3},
-        peak_flops_per_rank=ranks_peak_flops(results / "verify_ranks" / "summary.json"),
+        peak_flops_per_rank=ranks_peak_flops(results / "verify_ranks" / "measured.json"),  # as the stages read it
         parity_path=out / "parity.json",
     )
     launch, steps = launch_and_read("train_native", backend, trainer,
