@@ -84,3 +84,12 @@ def test_a_stage_made_by_the_code_of_another_commit_says_so():
     # The report's own commit, but uncommitted changes the report did not have.
     assert other_commits({"code": {**same, "dirty": True}}, run) == [
         "made at commit ffffffffffff with uncommitted changes"]
+
+
+def test_the_corpus_is_decided_by_its_split_and_the_digest_it_was_checked_against():
+    split = {"documents": 2026, "heldout": {"documents": 106, "every": 20}, "bytes": 2_100_000}
+    local = {"stage": "fetch_corpus", "figures": {**split, "source_sha256": "ab" * 32}}
+    assert deciding_figure(local) == "2,026 training + 106 held-out documents, 2.1 MB, sha256 abababababab..."
+    download = {"stage": "fetch_corpus",
+                "figures": {**split, "git_blob_sha1": "3dac4f760dd949a4bbd4d0080a11ea122d90f831"}}
+    assert deciding_figure(download).endswith("MB, git blob sha1 3dac4f760dd9...")

@@ -26,8 +26,11 @@ def _pin_env(f: dict[str, Any]) -> str:
 
 
 def _fetch_corpus(f):
+    # A local file is recorded by its sha256, the c4_test download by the git blob sha1 it was checked against.
+    checked = (f"sha256 {f['source_sha256'][:12]}..." if "source_sha256" in f else
+               f"git blob sha1 {f['git_blob_sha1'][:12]}...")
     return (f"{f['documents']:,} training + {f['heldout']['documents']:,} held-out documents, "
-            f"{number(f['bytes'] / 1e6)} MB, sha256 {f['source_sha256'][:12]}...")
+            f"{number(f['bytes'] / 1e6)} MB, {checked}")
 
 
 def _fixture(f):
