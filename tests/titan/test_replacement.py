@@ -5,6 +5,7 @@ replaces before the model is built, the one log line per replaced module, and ea
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 import torch
@@ -167,3 +168,19 @@ def test_no_lines_fail_every_configured_kernel():
     assert replacement_log_problems([], RULE, n_layers=2) == [
         "rope_hf: no replacement logged in layer(s) 0, 1 (expected one in each of layers 0, 1)"
     ]
+
+
+def test_a_replacement_line_reaches_stdout_in_one_write_with_its_newline(monkeypatch):
+    """Unbuffered (torchrun's ranks), print's text and newline are two writes, and another rank's warning once landed
+    between them, glued to the line's end: the launch log's count then missed that layer."""
+    import types
+
+    from qwen3_pilot.titan import kernels
+
+    writes = []
+    monkeypatch.setattr(sys, "stdout", types.SimpleNamespace(write=writes.append, flush=lambda: None))
+    monkeypatch.setenv("RANK", "0")
+    config = types.SimpleNamespace(kernel="rope_hf", module_path="layers.0.attention.rope")
+    kernels.log_replacement(config, "HFLayoutRoPE")
+    assert len(writes) == 1 and writes[0].endswith("]\n")
+    assert kernels.parse_replacement_lines(writes[0] + "/x.py:311: UserWarning: DTensor\n")[0]["layer"] == "0"

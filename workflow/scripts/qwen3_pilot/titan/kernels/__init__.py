@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -87,9 +88,13 @@ def log_replacement(config: Any, target: str) -> None:
     module times the ranks."""
     if os.environ.get("RANK", "0") != "0" or not config.module_path:
         return
-    # print, not a logger: the line must reach the launch log whether or not torchtitan's logger is set
-    # up yet, and exactly once (a logger with two handlers would write it twice and fail the count).
-    print(replacement_line(config.kernel, config.module_path, KERNELS[config.kernel].replaces, target), flush=True)
+    # stdout, not a logger: the line must reach the launch log whether or not torchtitan's logger is set up yet,
+    # and exactly once (a logger with two handlers would write it twice and fail the count). One write with its
+    # newline: print's text and end are two writes, and unbuffered (torchrun's ranks) another rank's warning landed
+    # between them once, glued to the line's end so that the count missed it.
+    sys.stdout.write(replacement_line(config.kernel, config.module_path, KERNELS[config.kernel].replaces, target)
+                     + "\n")
+    sys.stdout.flush()
 
 
 def parse_replacement_lines(text: str) -> list[dict[str, str]]:
