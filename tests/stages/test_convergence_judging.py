@@ -49,3 +49,9 @@ def test_a_training_loss_above_the_ratio_times_the_lowest_before_it_is_a_spike()
 def test_a_non_finite_held_out_loss_fails_by_its_step():
     with pytest.raises(ConvergenceError, match="held-out loss after step 4 is nan"):
         judge_convergence("convergence", measured(TRAIN, curve((1, 6.0), (4, math.nan))), JUDGING, "cpu")
+
+
+def test_a_spike_is_measured_against_the_lowest_loss_before_it_not_the_previous_one():
+    # A slow climb: each step within 1.5x of the one before it, the last 1.525x the lowest before it.
+    climb = curve((1, 6.0), (2, 4.0), (3, 4.5), (4, 5.2), (5, 6.1))
+    assert worst_spike(climb)["lowest_before"] == 4.0 and worst_spike(climb)["step"] == 5
