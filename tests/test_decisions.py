@@ -93,3 +93,16 @@ def test_the_corpus_is_decided_by_its_split_and_the_digest_it_was_checked_agains
     download = {"stage": "fetch_corpus",
                 "figures": {**split, "git_blob_sha1": "3dac4f760dd949a4bbd4d0080a11ea122d90f831"}}
     assert deciding_figure(download).endswith("MB, git blob sha1 3dac4f760dd9...")
+
+
+def test_the_ranks_row_counts_the_sizes_the_judge_found_at_or_above_their_floor():
+    rows = [{"collective": "all_reduce", "size_mib": 1.0, "busbw_gbps": 0.5, "floor_gbps": None,
+             "verdict": "shown, not held (below 4 MiB)"},
+            {"collective": "all_reduce", "size_mib": 4.0, "busbw_gbps": 2.0, "floor_gbps": 1.0,
+             "verdict": "at or above the floor"},
+            {"collective": "all_gather", "size_mib": 4.0, "busbw_gbps": 0.5, "floor_gbps": 1.0,
+             "verdict": "BELOW THE FLOOR"}]
+    figures = {"live": {"ranks_seen": 2, "expected_ranks": 2, "bandwidth": rows},
+               "plan": {"world_size": 64, "flavor": "4B", "static_gib_per_rank": 2.3, "hbm_per_rank_gib": 24},
+               "floor": {"from_mib": 4, "basis": "a test's"}}
+    assert deciding_figure({"stage": "verify_ranks", "figures": figures}).endswith("; floor met at 1 of 2 sizes")

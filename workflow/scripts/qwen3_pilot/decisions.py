@@ -55,8 +55,8 @@ def _verify_ranks(f):
     line += f"; bus bandwidth at {number(largest)} MiB: " + ", ".join(
         f"{row['collective']} {number(row['busbw_gbps'])} GB/s" for row in rows if row["size_mib"] == largest)
     held = [row for row in rows if row.get("floor_gbps") is not None]
-    if "floor" in f:  # the floor's basis is in the stage's details
-        line += f"; floor met at {sum(row['busbw_gbps'] >= row['floor_gbps'] for row in held)} of {len(held)} sizes"
+    if "floor" in f:  # the judge's verdict per row; the floor's basis is in the stage's details
+        line += f"; floor met at {sum(row['verdict'] == 'at or above the floor' for row in held)} of {len(held)} sizes"
     return line
 
 
