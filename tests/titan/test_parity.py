@@ -64,12 +64,22 @@ def test_an_accepted_difference_passes_with_its_reason_and_is_still_shown(tmp_pa
     assert json.loads(out.read_text())["problems"] == []
 
 
-def test_a_difference_not_accepted_fails_and_is_written_first(tmp_path):
+@pytest.mark.parametrize("rank_zero", [True, False], ids=["rank_0", "another_rank"])
+def test_a_difference_not_accepted_fails_and_is_written_first_by_any_rank(tmp_path, rank_zero):
+    """Whichever rank fails first ends the launch: each writes the failing table before it raises."""
     checkpoint = checkpoint_values(QWEN3_4B_2507)
     out = tmp_path / "parity.json"
     with pytest.raises(ParityError, match=r"head_dim: built 64, checkpoint config.json 128"):
-        check_parity("train_native", {**checkpoint, "head_dim": 64}, checkpoint, {}, out)
+        check_parity("train_native", {**checkpoint, "head_dim": 64}, checkpoint, {}, out, writes_a_pass=rank_zero)
     assert json.loads(out.read_text())["problems"] == ["head_dim: built 64, checkpoint config.json 128"]
+
+
+def test_only_rank_0_writes_a_passing_table(tmp_path):
+    checkpoint = checkpoint_values(QWEN3_4B_2507)
+    check_parity("train_native", checkpoint, checkpoint, {}, tmp_path / "other.json", writes_a_pass=False)
+    check_parity("train_native", checkpoint, checkpoint, {}, tmp_path / "rank0.json")
+    assert not (tmp_path / "other.json").exists()
+    assert json.loads((tmp_path / "rank0.json").read_text())["problems"] == []
 
 
 def test_an_unknown_accepted_field_is_refused():

@@ -133,13 +133,17 @@ def with_reasons(rows: list[dict[str, Any]], reasons: Mapping[str, str]) -> list
 
 
 def check_parity(
-    recipe: str, built: dict[str, Any], checkpoint: dict[str, Any], accepted: dict[str, str], out_path: Path | None
+    recipe: str, built: dict[str, Any], checkpoint: dict[str, Any], accepted: dict[str, str], out_path: Path,
+    *, writes_a_pass: bool = True,
 ) -> list[dict[str, Any]]:
-    """Writes the table (when `out_path` is given) and raises on any difference not accepted."""
+    """Writes the table to `out_path` and raises on any difference not accepted. Each rank checks its own model;
+    one that writes no passing table (`writes_a_pass` False: every rank but rank 0) still writes a failing one
+    before it raises: the first rank to fail ends the launch (torchrun stops the others), which may be before
+    rank 0 has written it. The ranks' tables are the same, and each write is a rename."""
     from ..artifacts import write_json
 
     rows, problems = parity_table(built, checkpoint, accepted)
-    if out_path is not None:
+    if problems or writes_a_pass:
         write_json(out_path, {"recipe": recipe, "rows": rows, "problems": problems})
     if problems:
         raise ParityError(

@@ -37,8 +37,10 @@ def _is_rank_zero() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def _parity_out(recipe: TrainerRun) -> Path | None:
-    return Path(recipe.parity_path) if _is_rank_zero() else None
+def _check_parity(name: str, recipe: TrainerRun, built: dict, checkpoint: dict) -> None:
+    """check_parity for this rank: rank 0 writes the table, the others only one that fails."""
+    check_parity(name, built, checkpoint, dict.fromkeys(recipe.accepted_differences), Path(recipe.parity_path),
+                 writes_a_pass=_is_rank_zero())
 
 
 # ---- native: torchtitan's own Qwen3 model, sized from config.json ----
@@ -81,8 +83,7 @@ def native_model_spec(recipe: TrainerRun, base_spec):
         base = base_spec
         model = apply_converters(native_model_from_checkpoint(hf), converters)
     set_attention(model, recipe.attention)
-    check_parity("train_native", native_model_values(model), hf, dict.fromkeys(recipe.accepted_differences),
-                 _parity_out(recipe))
+    _check_parity("train_native", recipe, native_model_values(model), hf)
     return dataclasses.replace(base, flavor=flavor or f"checkpoint:{Path(recipe.checkpoint).name}", model=model)
 
 
@@ -125,8 +126,7 @@ def check_hf_backend_build(recipe: TrainerRun) -> None:
                 if hasattr(module, "original_inv_freq"):
                     module.original_inv_freq.copy_(inv_freq.to(module.original_inv_freq.dtype))
                 module.attention_scaling = scaling
-        check_parity("train_hf", hf_model_values(self.model.config), hf, dict.fromkeys(recipe.accepted_differences),
-                     _parity_out(recipe))
+        _check_parity("train_hf", recipe, hf_model_values(self.model.config), hf)
 
     hf_backend.HFTransformerModel.init_states = checked_init_states
 
