@@ -78,3 +78,20 @@ def test_a_rank_dies_with_its_launcher():
 
 def test_without_it_a_rank_outlives_its_launcher():
     assert rank_answers_after_launcher_killed(PLAIN_RANK)
+
+
+
+def test_a_rank_imports_with_the_collector_paused_and_runs_with_it_on_and_the_imports_frozen():
+    """train_entry run as a rank pauses the cyclic collector before its first import (here main then stops at the
+    missing recipe, before it turns it back on); imported by other code it pauses nothing. end_import_pause turns
+    it back on with what was imported frozen (out of every later collection's walk)."""
+    probe = ("import gc, runpy\ntry:\n    runpy.run_module('qwen3_pilot.titan.in_ranks.train_entry', "
+             "run_name='__main__')\nexcept RuntimeError:\n    pass\nas_rank = gc.isenabled()\n"
+             "from qwen3_pilot.lifetime import end_import_pause\nend_import_pause()\n"
+             "import qwen3_pilot.titan.in_ranks.train_entry\n"
+             "print(as_rank, gc.isenabled(), gc.get_freeze_count() > 0)")
+    from qwen3_pilot.trainer_run import RECIPE_ENV
+
+    env = {key: value for key, value in os.environ.items() if key != RECIPE_ENV}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, env=env)
+    assert result.stdout.split() == ["False", "True", "True"], result.stderr[-3000:]

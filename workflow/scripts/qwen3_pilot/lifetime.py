@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import gc
 import os
 import signal
 import sys
@@ -34,6 +35,14 @@ def die_with_parent() -> bool:
     if os.getppid() != parent or parent == 1:
         os.kill(os.getpid(), signal.SIGKILL)
     return True
+
+
+def end_import_pause() -> None:
+    """The cyclic garbage collector back on in a rank that paused it for its imports (train_entry): what the imports
+    made is moved out of its reach first (gc.freeze: module objects live as long as the process), so that no later
+    collection walks it again either."""
+    gc.freeze()
+    gc.enable()
 
 
 def exit_once_recorded() -> NoReturn:

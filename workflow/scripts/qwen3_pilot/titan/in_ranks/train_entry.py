@@ -6,6 +6,14 @@
 
 from __future__ import annotations
 
+import gc
+
+# A rank (torchrun's `-m`, not an import of this module): the cyclic collector off while it imports torch and
+# torchtitan, until main turns it back on. The imports make some hundred thousand objects, and the collector walked
+# them again and again as they came: a 2-rank, 2-step launch took 11.2 CPU-seconds instead of 13.9 here.
+if __name__ == "__main__":
+    gc.disable()
+
 import logging
 import os
 import sys
@@ -13,7 +21,7 @@ import sys
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ...backends import backend_module
-from ...lifetime import die_with_parent, exit_once_recorded
+from ...lifetime import die_with_parent, end_import_pause, exit_once_recorded
 from ..titan_api import check_torchtitan_api
 from .recipes import load_recipe
 
@@ -42,6 +50,7 @@ def main() -> None:
     kernels = backend.install_kernels(recipe.lnc) if recipe.replacements else {}
     from torchtitan.train import main as torchtitan_main
 
+    end_import_pause()
     log = logging.getLogger(__name__)
     log.warning("backend workarounds applied: %s", applied or "none")
     log.warning("kernel implementations: %s", kernels or "no kernel replacements in this recipe")
