@@ -239,19 +239,13 @@ def start_training(ws, run_dir) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, env=AHEAD_ENV)
 
 
-@started_ahead
-def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes_from_the_fetched_weights(
-        copy_of_run, tmp_path):
-    """Four ways a training stage's run ends early: torchrun killed mid-training (SIGKILL: the stage says so and
-    fails); Snakemake killed outright (the stage, torchrun and the ranks end with it, before training to the
-    end; `make unlock`); Snakemake interrupted mid-training (Ctrl-C: the ranks end with it); the README's plain
-    command, resuming that run, terminated (SIGTERM: it finishes the running job and exits clean). The plain
-    command then completes the run; the training ran from the fetched weights although a checkpoint waited in the
-    run folder (what torchtitan would otherwise resume from). A failed gate's report: tests/e2e/test_reruns.py."""
-    clean_loss = step1_loss(copy_of_run, "train_native")
+@started_ahead(once_trained=True)
+def test_a_training_stage_killed_or_interrupted_ends_with_its_ranks_and_says_so(copy_of_run, _):
+    """Two ways a training stage's run ends early, on a copy of the shared run once its training stages are done
+    (started then, beside the rest of the run): torchrun killed mid-training (SIGKILL: the stage says so, fails,
+    and keeps its log); Snakemake killed outright (the stage, torchrun and the ranks end with it, before training to
+    the end; `make unlock`). Ctrl-C, and the plain command after it: the next test."""
     run_dir = copy_of_run / "results" / "train_native" / "run"
-    saved_step = tmp_path / "step-10"
-    shutil.copytree(run_dir / "checkpoint" / "step-10", saved_step)
     log = copy_of_run / "logs" / "train_native" / "train_native.log"
 
     snakemake = start_training(copy_of_run, run_dir)
@@ -282,6 +276,23 @@ def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes
     unlocked = subprocess.run([sys.executable, "-m", "qwen3_pilot.unlock"], cwd=copy_of_run, capture_output=True,
                               text=True, timeout=120, env=AHEAD_ENV)
     assert unlocked.returncode == 0, unlocked.stderr[-3000:]
+    assert workflow_processes(copy_of_run) == []
+    # Snakemake emptied the job's log when it ran the job again; the killed run's log was kept beside it.
+    kept = [path.read_text() for path in log.parent.glob("train_native.failed-*.log")]
+    assert any("torchrun was killed by signal 9" in text for text in kept), kept
+
+
+@started_ahead
+def test_an_interrupted_training_then_the_plain_command_terminated_and_again_completes_from_the_fetched_weights(
+        copy_of_run, tmp_path):
+    """Snakemake interrupted mid-training (Ctrl-C: the ranks end with it); the README's plain command, resuming
+    that run (its folder holding a checkpoint, what torchtitan would otherwise resume from), terminated (SIGTERM:
+    it finishes the running job and exits clean); then the plain command completes the run, the training having run
+    from the fetched weights. Killed runs: the test above. A failed gate's report: tests/e2e/test_reruns.py."""
+    clean_loss = step1_loss(copy_of_run, "train_native")
+    run_dir = copy_of_run / "results" / "train_native" / "run"
+    saved_step = tmp_path / "step-10"
+    shutil.copytree(run_dir / "checkpoint" / "step-10", saved_step)
 
     snakemake = start_training(copy_of_run, run_dir)
     wait_for_steps(snakemake, run_dir, 1)
@@ -326,9 +337,6 @@ def test_a_killed_or_interrupted_training_stage_then_the_plain_command_completes
     assert {s["stage"]: s["status"] for s in good["stages"]}["train_native"] == "pass"
     assert not (copy_of_run / "results" / "failures" / "train_native.json").exists()
     assert step1_loss(copy_of_run, "train_native") == pytest.approx(clean_loss, abs=1e-6)
-    # Snakemake empties the job's log on a rerun; the killed run's log was kept beside it.
-    kept = [path.read_text() for path in log.parent.glob("train_native.failed-*.log")]
-    assert any("torchrun was killed by signal 9" in text for text in kept), kept
 
 
 def test_a_byte_changed_after_its_stage_recorded_it_fails_the_consumer_and_verify(copy_of_run):
