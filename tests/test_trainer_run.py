@@ -98,3 +98,21 @@ def test_a_relaunch_runs_the_recorded_launch_into_scratch_with_its_changes(tmp_p
     assert relaunched.replace(steps=10, parity_path=str((tmp_path / "parity.json").resolve())) == hf_run(tmp_path)
     training.relaunch(tmp_path, "train_hf", "run", scratch)  # ranks per node as recorded
     assert "--nproc-per-node=2" in launched["command"]
+
+
+def test_a_failed_launch_is_never_explained_by_an_earlier_launchs_parity_table(tmp_path, monkeypatch):
+    """The table an earlier launch into the same stage folder left (here naming a rope_theta difference) is gone
+    before the next launch: its failure, with no table of its own, says only what this launch recorded."""
+    from qwen3_pilot import training
+    from qwen3_pilot.launch import Launch
+
+    run = hf_run(tmp_path)
+    parity = Path(run.parity_path)
+    parity.write_text(json.dumps({"problems": ["rope_theta: built 1.0, checkpoint config.json 5.0"]}))
+    monkeypatch.setattr(training, "launch", lambda *args, **kwargs: Launch([], {}, 1, 1.0, log_path=tmp_path / "log"))
+    backend = make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
+    with pytest.raises(training.TrainingError) as failed:
+        training.launch_and_read("train_hf", backend, run, config_function="f", recipe_path=tmp_path / "r.json",
+                                 run_dir=tmp_path / "run", log_path=tmp_path / "log")
+    assert "no rank recorded an error" in str(failed.value) and "rope_theta" not in str(failed.value)
+    assert not parity.exists()

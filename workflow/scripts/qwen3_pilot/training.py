@@ -265,7 +265,9 @@ def launch_and_read(
     log_path: Path, extra_env: dict[str, str] | None = None, launch_name: str | None = None,
 ) -> tuple[Launch, list[dict[str, Any]]]:
     """`trainer` written to `recipe_path` and launched on every rank, failed with its reason, its per-step metrics
-    checked against its steps."""
+    checked against its steps. An earlier launch's parity table is removed first, so that a failure's reason comes
+    from this launch's own (each launch of a recipe built from the checkpoint's config.json writes it again)."""
+    Path(trainer.parity_path).unlink(missing_ok=True)
     trainer.write(recipe_path)
     result = launch(
         backend, nproc=backend.ranks_per_node, config_function=config_function, recipe_path=recipe_path,

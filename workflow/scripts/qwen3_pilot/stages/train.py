@@ -39,7 +39,6 @@ def run(
     checkpoint = read_checkpoint_values(checkpoint_dir)  # config.json problems fail before any launch
     peak = ranks_peak_flops(ranks_record)
     parity_path = recipe_path.with_name(PARITY_FILE)
-    parity_path.unlink(missing_ok=True)
     trainer = trainer_run(
         stage=stage, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
         training=training, peak_flops_per_rank=peak, parity_path=parity_path, replacements=kernels["rules"],
