@@ -52,8 +52,9 @@ def test_the_entry_list_covers_what_the_recipes_set():
     def fields_of(name):
         return {f for e in TORCHTITAN_API if e.name == name for f in e.fields}
 
-    assert {"disable_cuda_graphs", "local_batch_size", "global_batch_size", "seq_len", "steps",
-            "mixed_precision_param"} <= fields_of("TrainingConfig")
+    assert {"local_batch_size", "global_batch_size", "seq_len", "steps", "mixed_precision_param",
+            "num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step", "max_context_length"} <= fields_of(
+        "TrainingConfig")
     assert {"initial_load_path", "initial_load_in_hf", "initial_load_model_only", "last_save_in_hf",
             "last_save_model_only", "export_dtype"} <= fields_of("CheckpointManager.Config")
     assert "model_spec" in fields_of("Trainer.Config")

@@ -29,10 +29,10 @@ def test_0_3_0_trains_every_recipe_and_0_2_2_is_refused(trained_run, _):
     after = {path: path.read_bytes() for stage in stages for path in stage.rglob("*") if path.is_file()}
     assert [str(path) for path in after if after[path] != before.get(path)] == []
     installed, old = rows
-    assert installed["version"] == "torchtitan 0.3.0"
+    assert (installed["version"], installed["level"]) == ("torchtitan 0.3.0", "hf_datasets")
     for recipe, cell in installed["recipes"].items():
         assert cell["works"] and cell["why"].startswith("trained ") and len(cell["why"].split(", ")) == 2, recipe
-    assert old["version"] == "torchtitan 0.2.2"
+    assert (old["version"], old["level"]) == ("torchtitan 0.2.2", None)
     for cell in old["recipes"].values():
         assert not cell["works"] and cell["why"].startswith("refused: the installed torchtitan (torchtitan 0.2.2) "
                                                             "predates upstream's config refactor")

@@ -30,9 +30,10 @@ def qwen3_decoder(*, dim: int, vocab: int, tied: bool, layers: list):
 def native_model_from_checkpoint(hf: dict[str, Any]):
     """A torchtitan Qwen3Model.Config with every size taken from the checkpoint's config values
     (`parity.checkpoint_values`), built with torchtitan's own Qwen3 builders."""
-    from torchtitan.models.common import CosSinRoPE
     from torchtitan.models.common.nn_modules import RMSNorm
     from torchtitan.models.qwen3 import _build_qwen3_layers
+
+    from .api_levels import rope_config
 
     dim, head_dim = hf["hidden_size"], hf["head_dim"]
     model = qwen3_decoder(
@@ -48,7 +49,7 @@ def native_model_from_checkpoint(hf: dict[str, Any]):
             head_dim=head_dim,
             hidden_dim=hf["intermediate_size"],
             attn_backend="flex",  # replaced by use_sdpa(); get_attention_config("sdpa") raises in 0.3.0
-            rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=hf["max_position_embeddings"], theta=hf["rope_theta"]),
+            rope=rope_config(dim=head_dim, length=hf["max_position_embeddings"], theta=hf["rope_theta"]),
         ),
     )
     # _qwen3_norm hard-codes eps=1e-6; the checkpoint's value wins.
@@ -57,24 +58,35 @@ def native_model_from_checkpoint(hf: dict[str, Any]):
     return model
 
 
-def use_sdpa(model) -> None:
+def use_sdpa(model, row_length: int | None = None) -> None:
     """SDPA (causal) in every layer: flex attention has no backward on CPU and compiles with inductor and
-    Triton, which Trainium has neither of; the seed recipe makes the same choice there."""
-    from torchtitan.models.common.attention import ScaledDotProductAttention
+    Triton, which Trainium has neither of; the seed recipe makes the same choice there. Where torchtitan folds
+    the batch into the tokens, causal within each row of `row_length` tokens (the recipe's seq_len)."""
+    from .api_levels import GRAIN_FOLDED, installed_level
 
+    if installed_level() == GRAIN_FOLDED:
+        from .attention import RowCausalSDPA
+
+        inner = RowCausalSDPA.Config(row_length=row_length)
+    else:
+        from torchtitan.models.common.attention import ScaledDotProductAttention
+
+        inner = ScaledDotProductAttention.Config()
     for layer in model.layers:
-        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+        layer.attention.inner_attention = inner
 
 
-def set_attention(model, attention: str) -> None:
+def set_attention(model, attention: str, row_length: int | None = None) -> None:
     """config training.attention: "sdpa" (every backend's default) or torchtitan's own "flex"."""
     if attention == "sdpa":
-        use_sdpa(model)
+        use_sdpa(model, row_length)
 
 
 def native_model_values(model) -> dict[str, Any]:
     """The parity fields read back from a built torchtitan Qwen3 config (not from what was asked for)."""
     from torchtitan.models.common.nn_modules import RMSNorm
+
+    from .api_levels import rope_length
 
     def per_layer(get):
         values = {get(layer) for layer in model.layers}
@@ -92,7 +104,7 @@ def native_model_values(model) -> dict[str, Any]:
         "rope_theta": per_layer(lambda layer: float(layer.attention.rope.theta)),
         "rms_norm_eps": eps.pop() if len(eps) == 1 else sorted(eps),
         "tie_word_embeddings": bool(model.enable_weight_tying),
-        "max_position_embeddings": per_layer(lambda layer: layer.attention.rope.max_seq_len),
+        "max_position_embeddings": per_layer(lambda layer: rope_length(layer.attention.rope)),
     }
 
 
@@ -117,8 +129,9 @@ def hf_model_values(hf_config) -> dict[str, Any]:
 def reduced_moe_model(moe: dict[str, Any]):
     """Qwen3-30B-A3B's block (GQA with q/k norm, softmax top-k router with route norm, no shared experts,
     untied head) built with torchtitan's MoE builder at the widths and counts the config gives."""
-    from torchtitan.models.common import CosSinRoPE
     from torchtitan.models.qwen3 import _build_qwen3_moe_layers
+
+    from .api_levels import rope_config
 
     dim, head_dim = moe["dim"], moe["head_dim"]
     return qwen3_decoder(
@@ -137,7 +150,7 @@ def reduced_moe_model(moe: dict[str, Any]):
             top_k=moe["top_k"],
             attn_backend="flex",  # replaced by use_sdpa(), as in the native recipe
             moe_comm_backend="standard",  # no expert parallelism
-            rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=moe["max_seq_len"], theta=moe["rope_theta"]),
+            rope=rope_config(dim=head_dim, length=moe["max_seq_len"], theta=moe["rope_theta"]),
         ),
     )
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import recipe_registry as recipes
 from ..problems import problem_list
+from .api_levels import GRAIN_FOLDED, HF_DATASETS, LEVELS, UNFOLDED, WITH_GRAIN, installed_level
 
 # The default for a new entry, until its upstream date is found (tests/titan/test_titan_api.py refuses it).
 IN_0_3_0 = "present in torchtitan 0.3.0 (PyPI); upstream date not established"
@@ -62,6 +63,8 @@ CONVERTERS = _since("2026-05-08", "74181b1e8", 3264)  # ModelConfigConverter, mo
 PER_LAYER_ROPE = _since("2026-06-05", "02d24f017", 3458)  # CosSinRoPE, a rope in every layer
 CHUNKED_LOSS = _since("2026-06-26", "9530a874d", 3779)
 HF_BACKEND_MOE = _since("2026-07-20", "af35cfb15", 2679)  # MoE in the transformers modeling backend
+GRAIN_LOADER = _since("2026-08-19", "1b04fc1c3", 4088)  # the grain dataloader (api_levels.GRAIN)
+FOLDED_BATCH = _since("2026-08-20", "73aed7f6c", 4121)  # the batch folded into the tokens (api_levels.GRAIN_FOLDED)
 
 ALL_BACKENDS = ("cpu", "neuron")
 # The recipes, by the config function a trainer is started with (--config; in_ranks/recipes.py).
@@ -113,6 +116,8 @@ class ApiEntry:
     # Other modules where some torchtitan keeps the same name, each with when: the entry holds if `module` or
     # any of these has it, and `import_home` imports it from the first that does.
     homes: tuple[Home, ...] = ()
+    # The API levels (api_levels.py) whose adapter uses the name: a torchtitan is checked for its own level's.
+    levels: tuple[str, ...] = LEVELS
 
     @property
     def target(self) -> str:
@@ -128,12 +133,15 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              fields=("hf_assets_path", "dataloader", "training", "parallelism", "optimizer", "lr_scheduler",
                      "checkpoint", "metrics", "debug", "profiler", "loss", "compile"),
              since=_since("2026-04-27", "786e26f8e", 2937)),
-    ApiEntry("torchtitan.config", "TrainingConfig", "the recipes set it", fields=("disable_cuda_graphs",),
-             since=_since("2026-08-13", "f84224af0", 3559)),
-    ApiEntry("torchtitan.config", "TrainingConfig", "the recipes set them",
-             fields=("local_batch_size", "global_batch_size", "seq_len", "steps", "mixed_precision_param"),
+    ApiEntry("torchtitan.config", "TrainingConfig", "api_levels.training_config sets them",
+             fields=("steps", "mixed_precision_param"), since=CONFIG_REFACTOR),
+    ApiEntry("torchtitan.config", "TrainingConfig", "api_levels.training_config sets the batch in rows",
+             fields=("local_batch_size", "global_batch_size", "seq_len"), levels=UNFOLDED,
              since=_had("2026-02-23", "9810191bb", 2386, "2026-08-20, when 73aed7f6c (#4121) removed "
                         "local_batch_size, global_batch_size and seq_len")),
+    ApiEntry("torchtitan.config", "TrainingConfig", "api_levels.training_config sets the batch in tokens",
+             fields=("num_tokens_per_microbatch_per_dp_rank", "num_tokens_per_train_step", "max_context_length"),
+             levels=(GRAIN_FOLDED,), since=FOLDED_BATCH),
     ApiEntry("torchtitan.config", "TrainingConfig", "rank_plan.py reads it", users=(RANK_PLAN,), fields=("dtype",),
              since=CONFIG_REFACTOR),
     ApiEntry("torchtitan.config", "ParallelismConfig", "the recipes and rank_plan.py set them",
@@ -172,10 +180,20 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              since=CHUNKED_LOSS),
     ApiEntry("torchtitan.components.loss", "CrossEntropyLoss.Config", "the recipes set it", users=(NATIVE, MOE),
              fields=("global_vocab_size",), since=_since("2026-06-22", "073221a0a", 3726)),
-    ApiEntry("torchtitan.hf_datasets.text_datasets", "HuggingFaceTextDataLoader.Config", "the recipes set them",
-             fields=("dataset", "dataset_path"),
+    ApiEntry("torchtitan.hf_datasets.text_datasets", "HuggingFaceTextDataLoader.Config",
+             "api_levels.text_dataloader sets them", fields=("dataset", "dataset_path"), levels=(HF_DATASETS,),
              since=_had("2026-02-23", "9810191bb", 2386, "2026-08-19, when 1b04fc1c3 (#4088) replaced the "
                         "dataloader with grain")),
+    ApiEntry("torchtitan.components.data", "GrainDataLoader.Config", "api_levels.text_dataloader sets them",
+             fields=("dataset", "shuffle", "repeat"), levels=WITH_GRAIN, since=GRAIN_LOADER),
+    ApiEntry("torchtitan.components.data", "ConcatThenSplitPackingConfig", "api_levels.text_dataloader cuts the "
+             "corpus into rows with it", fields=("dataset",), levels=WITH_GRAIN, since=GRAIN_LOADER),
+    ApiEntry("torchtitan.components.data", "SingleDatasetConfig", "api_levels.text_dataloader sets them",
+             fields=("source", "processor", "post_filters"), levels=WITH_GRAIN, since=GRAIN_LOADER),
+    ApiEntry("torchtitan.components.data", "HuggingFaceRandomAccessSource.Config", "api_levels.text_dataloader "
+             "reads the corpus folder with it", fields=("path", "split"), levels=WITH_GRAIN, since=GRAIN_LOADER),
+    ApiEntry("torchtitan.hf_datasets.text_datasets", "TextProcessor.Config", "api_levels.text_dataloader "
+             "tokenizes with it", levels=WITH_GRAIN, since=GRAIN_LOADER),
     ApiEntry("torchtitan.components.validate", "Validator.Config", "the native recipe sets them for the convergence "
              "stage's held-out loss", users=(NATIVE,), fields=("enable", "freq", "steps", "dataloader"),
              since=CONFIG_REFACTOR),
@@ -236,10 +254,12 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
              fields=("num_embeddings", "embedding_dim", "param_init"), since=PARAM_INIT),
     ApiEntry("torchtitan.models.common", "Linear.Config", "models.qwen3_decoder sets them", users=DECODER_USERS,
              fields=("in_features", "out_features", "param_init"), since=PARAM_INIT),
-    ApiEntry("torchtitan.models.common", "CosSinRoPE.Config", "the recipes and kernel_numerics set them",
-             users=(NATIVE, MOE, NUMERICS),
-             fields=("dim", "max_seq_len", "theta"),
+    ApiEntry("torchtitan.models.common", "CosSinRoPE.Config", "api_levels.rope_config sets them",
+             users=(NATIVE, MOE, NUMERICS), fields=("dim", "max_seq_len", "theta"), levels=UNFOLDED,
              since=_had("2026-06-05", "02d24f017", 3458, "2026-08-20, when 73aed7f6c (#4121) removed max_seq_len")),
+    ApiEntry("torchtitan.models.common", "CosSinRoPE.Config", "api_levels.rope_config sets them",
+             users=(NATIVE, MOE, NUMERICS), fields=("dim", "max_context_length", "theta"), levels=(GRAIN_FOLDED,),
+             since=FOLDED_BATCH),
     ApiEntry("torchtitan.models.common.nn_modules", "RMSNorm.Config", "the native recipe sets it", users=DECODER_USERS,
              fields=("eps",), since=_since("2026-05-25", "af33f7638", 3398)),
     ApiEntry("torchtitan.models.common.attention", "ScaledDotProductAttention.Config", "recipes.use_sdpa "
@@ -326,11 +346,15 @@ def native_base(backend: str) -> tuple[Any, str]:
 def missing_api(entries: tuple[ApiEntry, ...] = TORCHTITAN_API, backend: str | None = None,
                 user: str | None = None) -> list[str]:
     """One message per name, field or parameter in `entries` that the installed torchtitan lacks;
-    `backend` leaves out entries that only another backend uses, `user` those that user does not need."""
+    `backend` leaves out entries that only another backend uses, `user` those that user does not need, and
+    the installed torchtitan's API level (api_levels.installed_level) those of the other levels."""
     messages: list[str] = []
     modules: dict[str, Any] = {}
+    level = installed_level()
     for entry in entries:
         if (backend is not None and backend not in entry.backends) or (user is not None and user not in entry.users):
+            continue
+        if level not in entry.levels:
             continue
         messages += _entry_problems(entry, modules)
     return messages

@@ -60,12 +60,12 @@ def unpacked(torchtitan: Torchtitan, scratch: Path) -> Torchtitan:
 # Run with the torchtitan under test first on the path: its version, the refusal, and each recipe's missing names.
 _API_PROBE = """
 import json
-from qwen3_pilot.titan import titan_api
+from qwen3_pilot.titan import api_levels, titan_api
 refused = titan_api.config_api_problem()
 missing = {} if refused else {r: titan_api.missing_api(backend="cpu", user=r) for r in titan_api.RECIPES}
 import torchtitan
-print(json.dumps({"version": titan_api.installed_torchtitan(), "file": torchtitan.__file__,
-                  "refused": refused, "missing": missing}))
+print(json.dumps({"version": titan_api.installed_torchtitan(), "file": torchtitan.__file__, "refused": refused,
+                  "level": None if refused else api_levels.installed_level(), "missing": missing}))
 """
 
 
@@ -74,7 +74,8 @@ def api_probe(torchtitan: Torchtitan) -> dict[str, Any]:
                             env={**os.environ, **torchtitan.import_path()}, timeout=600)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"version": "unknown", "refused": f"the API check could not run: {tail}", "missing": {}}
+        return {"version": "unknown", "refused": f"the API check could not run: {tail}", "level": None,
+                "missing": {}}
     probe = json.loads(result.stdout.strip().splitlines()[-1])
     expected = (torchtitan.path / "torchtitan") if torchtitan.path else None
     if expected is not None and not probe["file"].startswith(str(expected)):
@@ -82,8 +83,9 @@ def api_probe(torchtitan: Torchtitan) -> dict[str, Any]:
     return probe
 
 
-def train(workdir: Path, torchtitan: Torchtitan, recipe: Recipe, steps: int, scratch: Path) -> tuple[bool, str]:
-    """The recipe's recorded launch again for `steps` steps on this torchtitan: (trained, why not / losses)."""
+def train(workdir: Path, torchtitan: Torchtitan, recipe: Recipe, steps: int, scratch: Path) -> dict[str, Any]:
+    """The recipe's recorded launch again for `steps` steps on this torchtitan: the cell {works, why (why not, or
+    the losses), losses (as logged, in the JSON)}."""
     from ..training import read_steps, relaunch
 
     folder = scratch / torchtitan.label / recipe.config_function
@@ -91,11 +93,12 @@ def train(workdir: Path, torchtitan: Torchtitan, recipe: Recipe, steps: int, scr
                       recipe_changes={"steps": steps, "warmup_steps": 1})
     if launch.returncode != 0:
         error = launch.rank_error() or (launch.output().strip().splitlines() or ["no output"])[-1]
-        return False, f"the trainer failed: {error.splitlines()[-1] if error else 'no error recorded'}"[:400]
+        why = f"the trainer failed: {error.splitlines()[-1] if error else 'no error recorded'}"[:400]
+        return {"works": False, "why": why}
     losses = [step["loss"] for step in read_steps(folder / "run" / "metrics.jsonl")]
     if len(losses) != steps:
-        return False, f"{len(losses)} of {steps} steps logged"
-    return True, "trained " + ", ".join(f"{loss:.3f}" for loss in losses)
+        return {"works": False, "why": f"{len(losses)} of {steps} steps logged", "losses": losses}
+    return {"works": True, "why": "trained " + ", ".join(f"{loss:.3f}" for loss in losses), "losses": losses}
 
 
 def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dict[str, Any]:
@@ -111,9 +114,8 @@ def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dic
             cells[name] = {"works": False, "why": f"{len(names)} name(s) missing: " + "; ".join(
                 WHY_AND_SINCE.sub("", name) for name in names[:3]) + ("; ..." if len(names) > 3 else "")}
         else:
-            works, why = train(workdir, torchtitan, recipe, steps, scratch)
-            cells[name] = {"works": works, "why": why}
-    return {"torchtitan": torchtitan.label, "version": probe["version"], "recipes": cells}
+            cells[name] = train(workdir, torchtitan, recipe, steps, scratch)
+    return {"torchtitan": torchtitan.label, "version": probe["version"], "level": probe["level"], "recipes": cells}
 
 
 def matrix(workdir: Path, torchtitans: list[Torchtitan], steps: int) -> list[dict[str, Any]]:
@@ -129,11 +131,11 @@ def matrix(workdir: Path, torchtitans: list[Torchtitan], steps: int) -> list[dic
 def markdown(rows: list[dict[str, Any]], steps: int) -> str:
     lines = [f"Measured {date.today().isoformat()} with `python -m qwen3_pilot.tools.titan_compat` ({steps} steps per "
              "recipe, tiny widths, 2 gloo ranks, torch " + _torch_version() + ").", "",
-             "| torchtitan | version | " + " | ".join(recipe.config_function for recipe in RECIPES) + " |",
-             "|---|---|" + "---|" * len(RECIPES)]
+             "| torchtitan | version | API level | " + " | ".join(recipe.config_function for recipe in RECIPES) + " |",
+             "|---|---|---|" + "---|" * len(RECIPES)]
     for entry in rows:
         cells = [("works" if c["works"] else "fails") + f": {c['why']}" for c in entry["recipes"].values()]
-        lines.append(f"| {entry['torchtitan']} | {entry['version']} | " + " | ".join(
+        lines.append(f"| {entry['torchtitan']} | {entry['version']} | {entry['level'] or '-'} | " + " | ".join(
             cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 

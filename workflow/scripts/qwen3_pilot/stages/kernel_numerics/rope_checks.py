@@ -25,13 +25,14 @@ def rope_numerics(
     derived from (bf16_stepwise_rope_bound)."""
     from torchtitan.models.common.rope import CosSinRoPE
 
+    from qwen3_pilot.titan.api_levels import rope_config
     from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE, rope_titan_layout
 
     rows = []
     for shape in shapes:
-        rope_args = {"dim": shape["head_dim"], "max_seq_len": shape["seq"], "theta": theta}
-        reference = CosSinRoPE(CosSinRoPE.Config(**rope_args)).to(device)
-        replaced = HFLayoutRoPE(HFLayoutRoPE.Config(**rope_args)).to(device)
+        rope_args = {"dim": shape["head_dim"], "length": shape["seq"], "theta": theta}
+        reference = CosSinRoPE(rope_config(**rope_args)).to(device)
+        replaced = HFLayoutRoPE(rope_config(**rope_args, config_class=HFLayoutRoPE.Config)).to(device)
         replaced.apply_rope = rope_apply or rope_titan_layout
         for dtype in dtypes:
             inputs = [t.to(device) for t in _rope_inputs(shape, torch_dtype(dtype), seed)]
@@ -103,10 +104,11 @@ def seq_len_rule_check(lnc: int, good_seq_len: int | None = None, bad_seq_len: i
 def _rope_with_rule(seq_len: int, lnc: int) -> None:
     import torch
 
+    from qwen3_pilot.titan.api_levels import rope_config
     from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE
 
     head_dim = 8
-    rope = HFLayoutRoPE(HFLayoutRoPE.Config(dim=head_dim, max_seq_len=seq_len, lnc=lnc))
+    rope = HFLayoutRoPE(rope_config(dim=head_dim, length=seq_len, lnc=lnc, config_class=HFLayoutRoPE.Config))
     x = torch.zeros(1, seq_len, 1, head_dim)
     rope(x, x)
 

@@ -18,15 +18,15 @@ _log = logging.getLogger(__name__)
 def tiny_titan_config(sizes: dict[str, int], seq_len: int, moe: bool):
     """torchtitan's own Qwen3 builders at toy sizes, with the recipes' decoder and SDPA attention (flex
     attention has no backward on CPU)."""
-    from torchtitan.models.common import CosSinRoPE
     from torchtitan.models.qwen3 import _build_qwen3_layers, _build_qwen3_moe_layers
 
+    from qwen3_pilot.titan.api_levels import rope_config
     from qwen3_pilot.titan.models import qwen3_decoder, use_sdpa
 
     dim, head_dim = sizes["dim"], sizes["head_dim"]
     common = dict(
         n_layers=sizes["layers"], dim=dim, n_heads=sizes["heads"], n_kv_heads=sizes["kv_heads"], head_dim=head_dim,
-        attn_backend="flex", rope=CosSinRoPE.Config(dim=head_dim, max_seq_len=seq_len, theta=1000000.0),
+        attn_backend="flex", rope=rope_config(dim=head_dim, length=seq_len, theta=1000000.0),
     )
     if moe:
         layers = _build_qwen3_moe_layers(

@@ -82,7 +82,7 @@ def native_model_spec(recipe: TrainerRun, base_spec):
     else:
         base = base_spec
         model = apply_converters(native_model_from_checkpoint(hf), converters)
-    set_attention(model, recipe.attention)
+    set_attention(model, recipe.attention, recipe.seq_len)
     _check_parity("train_native", recipe, native_model_values(model), hf)
     return dataclasses.replace(base, flavor=flavor or f"checkpoint:{Path(recipe.checkpoint).name}", model=model)
 
@@ -136,9 +136,8 @@ def check_hf_backend_build(recipe: TrainerRun) -> None:
 
 def _shared(config, recipe: TrainerRun):
     from torchtitan.components.optimizer import default_adamw
-    from torchtitan.config import TrainingConfig
-    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 
+    from ..api_levels import text_dataloader, training_config
     from ..titan_api import CHECKPOINT_MANAGER, LR_SCHEDULERS, import_home
     from .titan_metrics import JsonlMetricsProcessor
 
@@ -146,15 +145,8 @@ def _shared(config, recipe: TrainerRun):
     CheckpointManager, LRSchedulersContainer = import_home(CHECKPOINT_MANAGER), import_home(LR_SCHEDULERS)  # noqa: N806
 
     config.hf_assets_path = recipe.checkpoint  # tokenizer.json + tokenizer_config.json
-    config.dataloader = HuggingFaceTextDataLoader.Config(dataset=recipe.dataset, dataset_path=recipe.dataset_path)
-    config.training = TrainingConfig(
-        local_batch_size=recipe.local_batch_size,
-        global_batch_size=recipe.global_batch_size,
-        seq_len=recipe.seq_len,
-        steps=recipe.steps,
-        mixed_precision_param=recipe.mixed_precision_param,
-        disable_cuda_graphs=True,
-    )
+    config.dataloader = text_dataloader(recipe.dataset, recipe.dataset_path)
+    config.training = training_config(recipe)
     config.parallelism.data_parallel_shard_degree = -1  # FSDP over every rank
     config.parallelism.tensor_parallel_degree = 1
     config.optimizer = default_adamw(lr=recipe.lr)
@@ -183,7 +175,7 @@ def _shared(config, recipe: TrainerRun):
 
         config.validator = Validator.Config(
             enable=True, freq=recipe.validation_every, steps=recipe.validation_batches,
-            dataloader=HuggingFaceTextDataLoader.Config(dataset=recipe.dataset, dataset_path=recipe.validation_path),
+            dataloader=text_dataloader(recipe.dataset, recipe.validation_path, validation=True),
         )
     config.comm.init_timeout_seconds = recipe.comm_init_timeout_s
     config.comm.train_timeout_seconds = recipe.comm_train_timeout_s
@@ -265,7 +257,7 @@ def qwen3_moe_reduced():
     recipe = load_recipe()
     base = model_registry("30B-A3B")
     model = apply_converters(reduced_moe_model(recipe.moe), recipe_converters(recipe))
-    set_attention(model, recipe.attention)
+    set_attention(model, recipe.attention, recipe.seq_len)
     # The trainer's settings from the native recipe's base (on neuron the fork's Qwen3 recipe where it has one,
     # with its SPMD backend); the model spec is upstream's 30B-A3B one, whose parallelize fn shards experts.
     base_function, base_name = native_base(recipe.backend)

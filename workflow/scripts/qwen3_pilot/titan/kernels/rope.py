@@ -181,18 +181,22 @@ class HFLayoutRoPE(CosSinRoPE):
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor | None = None):
         cos, sin = self.cos_sin(query, positions)
+        if query.dim() == 3:  # a torchtitan with the batch folded into the tokens: (tokens, heads, head_dim)
+            query_out, key_out = self.apply_rope(query.unsqueeze(0), key.unsqueeze(0), cos, sin, lnc=self.lnc)
+            return query_out.squeeze(0), key_out.squeeze(0)
         return self.apply_rope(query, key, cos, sin, lnc=self.lnc)
 
     def cos_sin(self, query: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(seq, head_dim) each, or (batch, seq, head_dim) for per-sample positions: torchtitan's own cache
-        lookup (positions, bounds check), without its broadcast heads axis."""
+        lookup (positions, bounds check), without its broadcast heads axis ((tokens, 1, 2 x head_dim) where
+        the batch is folded into the tokens, (1 or batch, seq, 1, 2 x head_dim) otherwise)."""
         head_dim = query.shape[-1]
         if self.cache.shape[-1] != 2 * head_dim:
             raise ValueError(
                 f"HFLayoutRoPE: cache width {self.cache.shape[-1]} is not 2 x head_dim = {2 * head_dim}; "
                 "only a CosSinRoPE [cos | sin] cache has the kernel's layout"
             )
-        rows = self._reshape_cache(query, positions).squeeze(2)  # (1 or batch, seq, 2 x head_dim)
-        if rows.shape[0] == 1:
+        rows = self._reshape_cache(query, positions).squeeze(-2)
+        if rows.dim() == 3 and rows.shape[0] == 1:
             rows = rows[0]
         return rows[..., :head_dim], rows[..., head_dim:]
