@@ -16,7 +16,8 @@ from qwen3_pilot.summary import StageSummary
 
 CONFIG = {"backend": "cpu", "ranks": 2, "weights": {"source": "fixture", "repo_id": "pilot-fixture/tiny-qwen3"},
           "report": {"baseline": None}, "training": {"steps": 10}, "moe": {"layers": 4, "experts": 64, "top_k": 4},
-          "plan": {"world_size": 64, "flavor": "4B"}, "convergence": {"steps": 100}}
+          "plan": {"world_size": 64, "flavor": "4B"}, "convergence": {"steps": 100},
+          "fail_fast": {"steps": 2, "ranks": 2}}
 
 
 def write_summary(folder, stage, status="pass", **fields):
@@ -190,13 +191,13 @@ def test_a_failed_stage_shows_its_figures_and_blocks_what_depends_on_it(tmp_path
 
 def test_a_failure_blocks_every_stage_downstream_of_it_however_far(tmp_path, monkeypatch):
     """fetch_corpus failed: what reads the corpus and everything after it is blocked, the stages that read it
-    only through others too (fetch_weights through the fixture, compare_recipes through the recipes);
-    kernel_numerics, which reads none of it, is not."""
+    only through others too (fetch_weights through the fixture, compare_recipes through the recipes, kernel_numerics
+    through fail_fast); verify_ranks, which reads none of it, is not."""
     from qwen3_pilot.pilot_report import build_failed_report
     from qwen3_pilot.summary import write_failure
 
     monkeypatch.chdir(tmp_path)
-    for stage in ("pin_env", "kernel_numerics"):
+    for stage in ("pin_env", "verify_ranks"):
         (tmp_path / "results" / stage).mkdir(parents=True)
         write_summary(tmp_path / "results" / stage, stage).rename(tmp_path / "results" / stage / "summary.json")
     write_failure("fetch_corpus", RuntimeError("checksum mismatch"), tmp_path / "x.log", tmp_path / "y.log", {})
@@ -204,9 +205,9 @@ def test_a_failure_blocks_every_stage_downstream_of_it_however_far(tmp_path, mon
                                  results=tmp_path / "results", run_started="2000-01-01T00:00:00.000+00:00")
     notes = {s["stage"]: s["notes"] for s in report["stages"] if s["status"] == "not_run"}
     blocked = {stage for stage, note in notes.items() if note == ["blocked by fetch_corpus, which failed"]}
-    assert blocked == {"fixture_checkpoint", "fetch_weights", "train_hf", "train_native", "compare_recipes",
-                       "convergence", "export_reload", "moe_reduced", "benchmark"}
-    assert {s["stage"]: s["status"] for s in report["stages"]}["kernel_numerics"] == "pass"
+    assert blocked == {"fixture_checkpoint", "fetch_weights", "fail_fast", "train_hf", "train_native",
+                       "compare_recipes", "convergence", "export_reload", "kernel_numerics", "moe_reduced", "benchmark"}
+    assert {s["stage"]: s["status"] for s in report["stages"]}["verify_ranks"] == "pass"
 
 
 def test_a_later_summary_of_the_stage_removes_its_failure_record(tmp_path, monkeypatch):

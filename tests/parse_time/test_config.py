@@ -130,6 +130,11 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
         (lambda c: c.update(backend="neuron", ranks=64) or c["benchmark"].update(compile_backend="aot_eager"),
          "benchmark.compile_backend = 'aot_eager': the neuron backend compiles with its own (torch-neuronx's); "
          "allowed on neuron: 'default'"),
+        (lambda c: c.update(backend="neuron", ranks=64) or c["fail_fast"].update(compile_backend="aot_eager"),
+         "fail_fast.compile_backend = 'aot_eager': the neuron backend compiles with its own (torch-neuronx's); "
+         "allowed on neuron: 'default'"),
+        (lambda c: c["fail_fast"].update(seq_len=200),
+         "fail_fast.seq_len = 200: must be a multiple of 128 x neuron.lnc = 256"),
         (lambda c: c["benchmark"]["price"].update(per_hour=40.0, kind="on-demand"),
          "benchmark.price.per_hour = 40.0: also set benchmark.price.region, benchmark.price.as_of, "
          "benchmark.price.source (which price it is, where, when, and from where)"),

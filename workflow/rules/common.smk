@@ -18,6 +18,7 @@ from qwen3_pilot.parse_time.config import (
     JUDGED_STAGES,
     resolve_config,
     config_digest,
+    fail_fast_training,
     stage_judging,
     stage_measuring,
     stage_kernel_rules,
@@ -36,6 +37,7 @@ from qwen3_pilot.pins import installed_version, read_pins
 from qwen3_pilot.recipe_registry import (
     CONVERGENCE,
     FROM_FETCHED_WEIGHTS_STAGES,
+    RECIPES,
     recipe_of,
 )
 from qwen3_pilot.stages import STAGES, UPSTREAM, downstream_of, skipped_stages
@@ -255,6 +257,27 @@ def train_inputs(*packages):
         # The ranks' measured record (the peak FLOPS), not verify_ranks' verdict: a bandwidth floor edit re-judges
         # verify_ranks alone.
         "ranks": "results/verify_ranks/measured.json",
+        "fail_fast": FAIL_FAST,
+    }
+
+
+# Every device stage waits for fail_fast (workflow/rules/fail_fast.smk): ancient(), so it orders them without its
+# rerun rerunning them.
+FAIL_FAST = ancient("results/fail_fast/summary.json")
+# The pins any recipe's training imports: fail_fast launches them all.
+RECIPE_PACKAGES = tuple(sorted({p for recipe in RECIPES for p in recipe.packages}))
+
+
+def get_fail_fast_kernel_rules():
+    return {
+        recipe.stage: stage_kernel_rules(config, recipe.stage) for recipe in RECIPES
+    }
+
+
+def get_fail_fast_moe():
+    """The reduced MoE's counts; fail_fast gives it its own tiny widths (fail_fast.moe_width)."""
+    return {
+        key: config["moe"][key] for key in ("layers", "experts", "top_k", "rope_theta")
     }
 
 

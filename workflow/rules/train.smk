@@ -174,6 +174,7 @@ rule moe_reduced:
 rule kernel_numerics:
     input:
         stamps=pin_stamps("torch", "torchtitan", *DEVICE_PACKAGES),
+        fail_fast=FAIL_FAST,
     output:
         measured="results/kernel_numerics/measured.json",
     log:

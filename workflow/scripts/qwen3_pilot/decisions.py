@@ -129,6 +129,18 @@ def _benchmark(f):
             + ("" if first["cost"] is None else f", cost {number(first['cost'])} {f['price']['currency']}"))
 
 
+def _fail_fast(f):
+    checks = f["checks"]
+    failed = [check for check in checks if check["status"] == "fail"]
+    if failed:  # the failure record: what failed, after how long, with its error
+        return "; ".join(f"{check['kind']} {check['name']} failed after {number(check['seconds'])} s: {check['error']}"
+                         for check in failed)
+    recipes = [check for check in checks if check["kind"] == "recipe"]
+    return (f"{len(recipes)} recipes trained {f['steps']} steps on {f['ranks']} ranks at tiny widths, the kernels' "
+            f"block compiled with {f['compile_backend']}: {len(checks)} of {len(checks)} checks in "
+            f"{number(f['seconds'])} s")
+
+
 def _convergence(f):
     fall, spikes = f["heldout_fall"], f["spikes"]
     worst = max((spike["ratio"] for spike in (spikes["training"], spikes["held-out"]) if spike), default=None)
@@ -139,7 +151,8 @@ def _convergence(f):
 
 DECIDING: dict[str, Callable[[dict[str, Any]], str]] = {
     "pin_env": _pin_env, "fetch_corpus": _fetch_corpus, "fixture_checkpoint": _fixture,
-    "fetch_weights": _fetch_weights, "verify_ranks": _verify_ranks, "train_hf": _train, "train_native": _train,
+    "fetch_weights": _fetch_weights, "verify_ranks": _verify_ranks, "fail_fast": _fail_fast, "train_hf": _train,
+    "train_native": _train,
     "compare_recipes": _compare, "convergence": _convergence, "export_reload": _export_reload,
     "kernel_numerics": _kernel_numerics, "moe_reduced": _moe_reduced, "benchmark": _benchmark,
 }

@@ -262,15 +262,16 @@ def ranks_peak_flops(ranks_record: Path) -> float:
 
 def launch_and_read(
     what: str, backend: Backend, trainer: TrainerRun, *, config_function: str, recipe_path: Path, run_dir: Path,
-    log_path: Path, extra_env: dict[str, str] | None = None, launch_name: str | None = None,
+    log_path: Path, extra_env: dict[str, str] | None = None, launch_name: str | None = None, nproc: int | None = None,
 ) -> tuple[Launch, list[dict[str, Any]]]:
-    """`trainer` written to `recipe_path` and launched on every rank, failed with its reason, its per-step metrics
-    checked against its steps. An earlier launch's parity table is removed first, so that a failure's reason comes
-    from this launch's own (each launch of a recipe built from the checkpoint's config.json writes it again)."""
+    """`trainer` written to `recipe_path` and launched on every rank of a node (or `nproc` of them), failed with its
+    reason, its per-step metrics checked against its steps. An earlier launch's parity table is removed first, so
+    that a failure's reason comes from this launch's own (each launch of a recipe built from the checkpoint's
+    config.json writes it again)."""
     Path(trainer.parity_path).unlink(missing_ok=True)
     trainer.write(recipe_path)
     result = launch(
-        backend, nproc=backend.ranks_per_node, config_function=config_function, recipe_path=recipe_path,
+        backend, nproc=nproc or backend.ranks_per_node, config_function=config_function, recipe_path=recipe_path,
         run_dir=run_dir, log_path=log_path, extra_env=extra_env, launch_name=launch_name,
     )
     if result.returncode != 0:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..problems import problem_list
-from ..recipe_registry import FROM_FETCHED_WEIGHTS_STAGES
+from ..recipe_registry import FROM_FETCHED_WEIGHTS_STAGES, RECIPES
 
 NKI_ROPE_TILE = 128  # the NKI RoPE kernel tiles the sequence in blocks of 128 x LNC
 
@@ -63,12 +63,13 @@ def config_problems(config: dict[str, Any]) -> list[str]:
     neuron, training = config["neuron"], config["training"]
     lnc = neuron["lnc"]
 
-    seq_len = training["seq_len"]
-    if seq_len % (NKI_ROPE_TILE * lnc):
-        problems.append(
-            f"training.seq_len = {seq_len}: must be a multiple of {NKI_ROPE_TILE} x neuron.lnc "
-            f"= {NKI_ROPE_TILE * lnc} (the NKI RoPE kernel's tile)"
-        )
+    fail_fast = config["fail_fast"]
+    for key, seq_len in (("training.seq_len", training["seq_len"]), ("fail_fast.seq_len", fail_fast["seq_len"])):
+        if seq_len % (NKI_ROPE_TILE * lnc):
+            problems.append(
+                f"{key} = {seq_len}: must be a multiple of {NKI_ROPE_TILE} x neuron.lnc "
+                f"= {NKI_ROPE_TILE * lnc} (the NKI RoPE kernel's tile)"
+            )
 
     if (neuron["cores_per_chip"] % lnc) != 0:
         problems.append(
@@ -110,9 +111,10 @@ def config_problems(config: dict[str, Any]) -> list[str]:
         if unsaid:
             problems.append(f"benchmark.price.per_hour = {price['per_hour']}: also set benchmark.price."
                             + ", benchmark.price.".join(unsaid) + " (which price it is, where, when, and from where)")
-    if config["backend"] == "neuron" and bench["compile_backend"] != "default":
-        problems.append(f"benchmark.compile_backend = {bench['compile_backend']!r}: the neuron backend compiles "
-                        "with its own (torch-neuronx's); allowed on neuron: 'default'")
+    for key, backend in (("benchmark", bench["compile_backend"]), ("fail_fast", fail_fast["compile_backend"])):
+        if config["backend"] == "neuron" and backend != "default":
+            problems.append(f"{key}.compile_backend = {backend!r}: the neuron backend compiles with its own "
+                            "(torch-neuronx's); allowed on neuron: 'default'")
     outside = [r for r in bench["compile_recipes"] if r not in bench["recipes"]]
     if outside:
         problems.append(f"benchmark.compile_recipes = {bench['compile_recipes']}: {', '.join(outside)} not in "
@@ -227,6 +229,17 @@ def stage_training(config: dict[str, Any], *stages: str) -> dict[str, Any]:
         part["native_flavor"] = training["native_flavor"]
     part["accepted_differences"] = {k: sorted(v) for k, v in training["accepted_differences"].items() if k in stages}
     return key_sorted(part)
+
+
+# The training settings stage fail_fast sets itself in its tiny launches (stages/fail_fast.tiny_training): left out
+# of its params, so that an edit to one of them reruns the stages that use it and not fail_fast.
+FAIL_FAST_OWN_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "warmup_steps", "native_flavor")
+
+
+def fail_fast_training(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each recipe's training settings as fail_fast reads them (stage_training, less what it sets itself)."""
+    return {recipe.stage: {key: value for key, value in stage_training(config, recipe.stage).items()
+                           if key not in FAIL_FAST_OWN_KEYS} for recipe in RECIPES}
 
 
 def stage_repeat_steps(config: dict[str, Any], stage: str) -> int:

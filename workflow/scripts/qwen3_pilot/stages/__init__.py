@@ -21,6 +21,8 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("fixture_checkpoint", "Publish the fixture checkpoint (cpu backend)"),
     ("fetch_weights", "Fetch the weights ({weights[repo_id]})"),
     ("verify_ranks", "Verify the {ranks} ranks and the {plan[world_size]}-rank plan of Qwen3-{plan[flavor]}"),
+    ("fail_fast", "Fail fast: each recipe {fail_fast[steps]} steps on {fail_fast[ranks]} ranks at tiny widths, the "
+                  "kernels in a compiled block"),
     ("train_hf", "Train the Transformers-backend 4B recipe ({training[steps]} steps)"),
     ("train_native", "Train the native torchtitan 4B recipe ({training[steps]} steps)"),
     ("compare_recipes", "Compare the two recipes' step-1 losses"),
@@ -38,14 +40,15 @@ UPSTREAM: dict[str, tuple[str, ...]] = {
     "fixture_checkpoint": ("fetch_corpus",),
     "fetch_weights": ("pin_env", "fixture_checkpoint"),
     "verify_ranks": ("pin_env",),
-    "train_hf": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
-    "train_native": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
+    "fail_fast": ("pin_env", "fetch_corpus", "fetch_weights"),
+    "train_hf": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks", "fail_fast"),
+    "train_native": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks", "fail_fast"),
     "compare_recipes": FROM_FETCHED_WEIGHTS_STAGES,
-    "convergence": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
+    "convergence": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks", "fail_fast"),
     "export_reload": ("pin_env", "fetch_weights", *FROM_FETCHED_WEIGHTS_STAGES),
-    "kernel_numerics": ("pin_env",),
-    "moe_reduced": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
-    "benchmark": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks"),
+    "kernel_numerics": ("pin_env", "fail_fast"),
+    "moe_reduced": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks", "fail_fast"),
+    "benchmark": ("pin_env", "fetch_corpus", "fetch_weights", "verify_ranks", "fail_fast"),
 }
 
 
