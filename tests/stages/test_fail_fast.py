@@ -1,6 +1,6 @@
 """Stage fail_fast's parts that need no launch: the tiny run it lays over each recipe's settings (exactly the keys
 its params leave out), a check's row whether it passes or raises, and the deciding line of a pass and of a failure.
-The stage itself, failing first for a torchtitan that lacks a recipe's name: tests/e2e/test_fail_fast.py."""
+The stage itself, failing first for a torchtitan that lacks a recipe's name: tests/e2e/test_fail_fast_e2e.py."""
 
 from __future__ import annotations
 
