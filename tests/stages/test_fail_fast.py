@@ -22,7 +22,7 @@ def test_the_tiny_run_sets_exactly_the_keys_its_params_leave_out():
         tiny = tiny_training(settings, SETTINGS)
         assert set(tiny) - set(settings) == set(FAIL_FAST_OWN_KEYS), stage
         assert (tiny["steps"], tiny["seq_len"], tiny["local_batch_size"], tiny["global_batch_size"]) == (2, 256, 1, 2)
-        assert tiny["native_flavor"] is None and tiny["lr"] == config["training"]["lr"]
+        assert tiny["native_flavor"] is None and tiny["attention"] == config["training"]["attention"]
 
 
 def test_a_check_that_raises_is_a_failed_row_and_the_next_check_still_runs():
@@ -49,5 +49,5 @@ def test_the_deciding_line_names_what_failed_and_after_how_long():
     checks[1].update(status="pass", error=None)
     passed = {"stage": "fail_fast", "status": "pass",
               "figures": {"checks": checks, "steps": 2, "ranks": 2, "compile_backend": "aot_eager", "seconds": 30.5}}
-    assert deciding_figure(passed) == ("2 recipes trained 2 steps on 2 ranks at tiny widths, the kernels' block "
-                                       "compiled with aot_eager: 2 of 2 checks in 30.5 s")
+    assert deciding_figure(passed) == ("2 of 2 checks in 30.5 s: 2 recipes on 2 ranks, the kernels compiled with "
+                                       "aot_eager")

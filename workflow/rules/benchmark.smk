@@ -6,6 +6,7 @@
 rule benchmark:
     input:
         unpack(get_fetched_weights),
+        unpack(get_fail_fast),
         **get_benchmark_inputs(),
     output:
         runs=directory("results/benchmark/runs"),

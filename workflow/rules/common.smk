@@ -235,15 +235,40 @@ def get_fetched_weights(wildcards):
     }
 
 
-def get_replanned_with_the_weights(wildcards):
-    """Nothing to read, for a job further down from fetch_weights than its consumers (a judge of one of
-    them, compare_recipes): while fetch_weights is due, it makes the job wait for it, so that Snakemake plans it
-    again once fetch_weights has run, as it does the consumers. Otherwise the job would keep the reason it was
-    first planned on (a consumer that was due to run) and run although that consumer, planned again, did not.
+def get_fail_fast(wildcards):
+    """fail_fast's verdict, named by its content, for a device stage: fail_fast is a checkpoint, so this is read
+    only once it has run, and Snakemake plans the device stages again then. passed.json holds which checks passed
+    and nothing that varies between runs (no times, no losses): a small input whose checksum Snakemake compares with
+    the one it recorded. So a rerun of fail_fast that passes the same checks (an edit of its own code, a bump of a
+    package one recipe uses) reruns no other recipe's stage, and each device stage's own params and code still
+    decide its reruns (an ancient() edge would hide them: Snakemake masks what is downstream of a job it reruns).
     """
-    if wildcards.get("stage", "compare_recipes") in downstream_of("fetch_weights"):
-        checkpoints.fetch_weights.get()
+    # fail_fast reads the weights: waiting for fetch_weights too, a device stage that reads no weights
+    # (kernel_numerics) is planned again with them, as its judge is (replanned_after_checkpoints).
+    checkpoints.fetch_weights.get()
+    checkpoints.fail_fast.get()
+    return {"fail_fast": "results/fail_fast/passed.json"}
+
+
+def replanned_after_checkpoints(stage):
+    """Nothing to read, for a job further down from a checkpoint (fetch_weights, fail_fast) than its consumers (a
+    judge of one of them, compare_recipes, export_reload): while the checkpoint is due, it makes the job wait for it,
+    so that Snakemake plans it again once the checkpoint has run, as it does the consumers. Otherwise the job would
+    keep the reason it was first planned on (a consumer that was due to run) and run although that consumer,
+    planned again, did not.
+    """
+    for name in ("fetch_weights", "fail_fast"):
+        if stage in downstream_of(name):
+            getattr(checkpoints, name).get()
     return {}
+
+
+def get_replanned_with_the_weights(wildcards):
+    return replanned_after_checkpoints(wildcards.get("stage", "compare_recipes"))
+
+
+def get_export_reload_replanned(wildcards):
+    return replanned_after_checkpoints("export_reload")
 
 
 # Training stages: what every torchrun stage reads besides the fetched weights (get_fetched_weights), and the
@@ -257,13 +282,9 @@ def train_inputs(*packages):
         # The ranks' measured record (the peak FLOPS), not verify_ranks' verdict: a bandwidth floor edit re-judges
         # verify_ranks alone.
         "ranks": "results/verify_ranks/measured.json",
-        "fail_fast": FAIL_FAST,
     }
 
 
-# Every device stage waits for fail_fast (workflow/rules/fail_fast.smk): ancient(), so it orders them without its
-# rerun rerunning them.
-FAIL_FAST = ancient("results/fail_fast/summary.json")
 # The pins any recipe's training imports: fail_fast launches them all.
 RECIPE_PACKAGES = tuple(sorted({p for recipe in RECIPES for p in recipe.packages}))
 

@@ -7,6 +7,7 @@
 rule convergence:
     input:
         unpack(get_fetched_weights),
+        unpack(get_fail_fast),
         **train_inputs(*CONVERGENCE.packages),
         heldout="results/fetch_corpus/heldout",
     output:

@@ -1,10 +1,10 @@
 # Stage fail_fast: every recipe launched as its stage would launch it, at tiny widths for a few steps on two ranks,
 # and one decoder block with the kernel replacements under the backend's compiler: minutes, where the real stages
-# take the instance's hours. Every device stage waits for it (train_inputs, kernel_numerics), by ancient(): it
-# orders them, and its rerun (a code edit) reruns none of them.
+# take the instance's hours. A checkpoint: every device stage reads its passed.json (get_fail_fast), a record of which
+# checks passed and nothing else, so that a rerun which passes the same checks reruns none of them.
 
 
-rule fail_fast:
+checkpoint fail_fast:
     input:
         unpack(get_fetched_weights),
         stamps=pin_stamps(*RECIPE_PACKAGES, *DEVICE_PACKAGES),
@@ -12,6 +12,7 @@ rule fail_fast:
         corpus_summary="results/fetch_corpus/summary.json",
     output:
         work=directory("results/fail_fast/work"),
+        passed="results/fail_fast/passed.json",
         summary="results/fail_fast/summary.json",
     log:
         "logs/fail_fast/fail_fast.log",

@@ -13,6 +13,7 @@
 rule train:
     input:
         unpack(get_fetched_weights),
+        unpack(get_fail_fast),
         unpack(get_train_inputs),
     output:
         run=directory("results/{stage}/run"),
@@ -106,6 +107,7 @@ rule compare_recipes:
 rule export_reload:
     input:
         unpack(get_fetched_weights),
+        unpack(get_export_reload_replanned),
         stamps=pin_stamps(
             "torch", "torchtitan", "safetensors", "tokenizers", "transformers"
         ),
@@ -142,6 +144,7 @@ rule export_reload:
 rule moe_reduced:
     input:
         unpack(get_fetched_weights),
+        unpack(get_fail_fast),
         **train_inputs(*recipe_of("moe_reduced").packages),
     output:
         run=directory("results/moe_reduced/run"),
@@ -173,8 +176,8 @@ rule moe_reduced:
 # RoPE and MoE-experts kernels against torchtitan's PyTorch modules; the replaced model trains and compiles.
 rule kernel_numerics:
     input:
+        unpack(get_fail_fast),
         stamps=pin_stamps("torch", "torchtitan", *DEVICE_PACKAGES),
-        fail_fast=FAIL_FAST,
     output:
         measured="results/kernel_numerics/measured.json",
     log:

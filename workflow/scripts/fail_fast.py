@@ -17,6 +17,7 @@ with StageRun.of_job(snakemake) as stage_run:
         checkpoint_dir=Path(snakemake.input.checkpoint),
         corpus_dir=Path(snakemake.input.corpus),
         work=Path(snakemake.output.work),
+        passed_path=Path(snakemake.output.passed),
         summary_path=Path(snakemake.output.summary),
         log_path=stage_run.log_path,
         log=stage_run.log.info,

@@ -136,9 +136,9 @@ def _fail_fast(f):
         return "; ".join(f"{check['kind']} {check['name']} failed after {number(check['seconds'])} s: {check['error']}"
                          for check in failed)
     recipes = [check for check in checks if check["kind"] == "recipe"]
-    return (f"{len(recipes)} recipes trained {f['steps']} steps on {f['ranks']} ranks at tiny widths, the kernels' "
-            f"block compiled with {f['compile_backend']}: {len(checks)} of {len(checks)} checks in "
-            f"{number(f['seconds'])} s")
+    # One line on the first screen: the steps and widths are in the stage's section.
+    return (f"{len(checks)} of {len(checks)} checks in {number(f['seconds'])} s: {len(recipes)} recipes on {f['ranks']} "
+            f"ranks, the kernels compiled with {f['compile_backend']}")
 
 
 def _convergence(f):

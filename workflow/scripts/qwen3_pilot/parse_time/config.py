@@ -232,8 +232,10 @@ def stage_training(config: dict[str, Any], *stages: str) -> dict[str, Any]:
 
 
 # The training settings stage fail_fast sets itself in its tiny launches (stages/fail_fast.tiny_training): left out
-# of its params, so that an edit to one of them reruns the stages that use it and not fail_fast.
-FAIL_FAST_OWN_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "warmup_steps", "native_flavor")
+# of its params, so that an edit to one of them reruns the stages that use it and not fail_fast. Its launches ask
+# whether each recipe runs at all: the learning rate and the seed decide nothing of that.
+FAIL_FAST_OWN_KEYS = ("steps", "seq_len", "local_batch_size", "global_batch_size", "warmup_steps", "native_flavor",
+                      "lr", "seed")
 
 
 def fail_fast_training(config: dict[str, Any]) -> dict[str, dict[str, Any]]:

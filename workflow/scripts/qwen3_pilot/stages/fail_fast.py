@@ -68,21 +68,24 @@ def tiny_checkpoint(fetched: Path, out: Path, width: dict[str, int], seed: int) 
 
 def tiny_training(training: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """A recipe's training settings (parse_time.config.fail_fast_training) with fail_fast's own run laid over them:
-    its steps and sequence length, one row per rank and step, one warm-up step, and the model sized from the tiny
-    checkpoint's config.json (no registered flavor). Exactly the keys FAIL_FAST_OWN_KEYS names."""
+    its steps and sequence length, one row per rank and step, one warm-up step, the model sized from the tiny
+    checkpoint's config.json (no registered flavor), and a fixed learning rate and seed (whether a recipe runs does
+    not hang on them). Exactly the keys FAIL_FAST_OWN_KEYS names."""
     return {**training, "steps": settings["steps"], "seq_len": settings["seq_len"], "local_batch_size": 1,
-            "global_batch_size": settings["ranks"], "warmup_steps": 1, "native_flavor": None}
+            "global_batch_size": settings["ranks"], "warmup_steps": 1, "native_flavor": None, "lr": 1e-4, "seed": 0}
 
 
 def recipe_check(recipe: Recipe, *, backend, checkpoint: Path, corpus_dir: Path, dataset: str, settings: dict[str, Any],
                  training: dict[str, Any], replacements: list[dict[str, str]], moe: dict[str, Any], lnc: int | None,
                  work: Path, log_path: Path) -> dict[str, Any]:
     """The recipe's API check, then its own launch as its stage builds it, at the tiny checkpoint and widths, for
-    `steps` steps on `ranks` ranks: the losses it logged."""
+    `steps` steps on `ranks` ranks, and for a recipe trained from the fetched weights its Hugging Face export: the
+    losses it logged."""
     from ..reduced_moe import model_spec, reduced_moe_changes
     from ..titan.parity import read_checkpoint_values
     from ..titan.titan_api import check_torchtitan_api
-    from ..training import launch_and_read, trainer_run
+    from ..trainer_run import TrainingError, export_dir
+    from ..training import export_files, launch_and_read, trainer_run
 
     check_torchtitan_api(backend.name, user=recipe.config_function)
     folder = work / recipe.stage
@@ -92,13 +95,16 @@ def recipe_check(recipe: Recipe, *, backend, checkpoint: Path, corpus_dir: Path,
                       # MFU is none of this stage's business: the backend's nominal peak, or 0 (torchtitan's own).
                       peak_flops_per_rank=backend.peak_flops_per_rank or 0.0,
                       parity_path=folder / PARITY_FILE, replacements=replacements, lnc=lnc)
-    if recipe.stage == "moe_reduced":
+    if not recipe.from_fetched_weights:  # the reduced MoE: random init, its own widths
         vocab = read_checkpoint_values(checkpoint)["vocab_size"]
         spec = model_spec(moe, settings["moe_width"], vocab, settings["seq_len"])
         run = run.replace(**reduced_moe_changes(spec, folder / ROUTER_LOAD_FILE))
     _, steps = launch_and_read(f"fail_fast ({recipe.stage})", backend, run, config_function=recipe.config_function,
                                recipe_path=folder / "recipe.json", run_dir=folder / "run", log_path=log_path,
                                nproc=settings["ranks"])
+    if recipe.from_fetched_weights and not any(
+            path.suffix == ".safetensors" for path in export_files(folder / "run", settings["steps"])):
+        raise TrainingError(f"no safetensors export in {export_dir(folder / 'run', settings['steps'])}")
     return {"losses": [step["loss"] for step in steps]}
 
 
@@ -131,8 +137,9 @@ def compiled_block_check(settings: dict[str, Any], replacements: list[dict[str, 
 
 def run(*, backend_config: dict[str, Any], settings: dict[str, Any], training: dict[str, dict[str, Any]],
         kernels: dict[str, list[dict[str, str]]], moe: dict[str, Any], dataset: str, cache_root: str,
-        checkpoint_dir: Path, corpus_dir: Path, work: Path, summary_path: Path, log_path: Path,
+        checkpoint_dir: Path, corpus_dir: Path, work: Path, passed_path: Path, summary_path: Path, log_path: Path,
         log: Callable[[str], None]) -> dict[str, Any]:
+    from ..artifacts import write_recorded_json
     from ..summary import StageSummary
     from ..training import clear_run_dir, usable_backend
 
@@ -160,7 +167,12 @@ def run(*, backend_config: dict[str, Any], settings: dict[str, Any], training: d
         raise FailFastError(problem_list(
             f"fail_fast: {len(failed)} of {len(checks)} checks failed on the {backend.name} backend ({seconds} s)",
             [f"{check['kind']} {check['name']} ({check['seconds']} s): {check['error']}" for check in failed]))
-    return StageSummary(
+    # What the device stages read (workflow/rules/common.smk, get_fail_fast): which checks passed, and nothing that
+    # varies between runs, so that a rerun passing the same checks reruns none of them.
+    write_recorded_json(passed_path, {"backend": backend.name, "compile_backend": compile_backend,
+                                      "checks": [{key: check[key] for key in ("kind", "name", "status")}
+                                                 for check in checks]})
+    summary = StageSummary(
         stage="fail_fast", status="pass", backend=backend.name,
         figures={"checks": checks, "seconds": seconds, "ranks": settings["ranks"], "steps": settings["steps"],
                  "seq_len": settings["seq_len"], "compile_backend": compile_backend},
@@ -169,5 +181,6 @@ def run(*, backend_config: dict[str, Any], settings: dict[str, Any], training: d
                 "decoder block with the kernel replacements compiles and runs backward."),
         does_not_prove=("Anything at the real widths, sequence length or rank count: memory, compile time, the "
                         "loaded weights' quality or the kernels' numerics (kernel_numerics)."),
-    ).write(summary_path)
-
+    )
+    summary.add_artifacts([passed_path, *sorted(work.glob("*/recipe.json")), *sorted(work.glob("*/run/metrics.jsonl"))])
+    return summary.write(summary_path)
