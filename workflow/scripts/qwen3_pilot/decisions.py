@@ -137,8 +137,8 @@ def _fail_fast(f):
                          for check in failed)
     recipes = [check for check in checks if check["kind"] == "recipe"]
     # One line on the first screen: the steps and widths are in the stage's section.
-    return (f"{len(checks)} of {len(checks)} checks in {number(f['seconds'])} s: {len(recipes)} recipes on {f['ranks']} "
-            f"ranks, the kernels compiled with {f['compile_backend']}")
+    return (f"{len(checks)} of {len(checks)} checks in {number(f['seconds'])} s: {len(recipes)} recipes on "
+            f"{f['ranks']} ranks, the kernels compiled with {f['compile_backend']}")
 
 
 def _convergence(f):
