@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, make_workspace, output, run_snakemake
+from conftest import JOB_BLOCK, PROJECT, make_workspace, output, run_snakemake
 
 TABLE = PROJECT / "docs" / "reruns.md"
 SECTION = "## Switching the Neuron SDK release"
@@ -36,8 +36,8 @@ def planned_reasons(result) -> dict[str, str]:
     """A dry run's jobs as rule[wildcard] with Snakemake's reason, the target rule `all` left out."""
     jobs, rule, reason, wildcards = {}, None, "", ""
     for line in (result.stdout + result.stderr).splitlines() + [""]:
-        if re.match(r"^(local)?rule \S+:$", line):
-            rule, reason, wildcards = line.split()[1][:-1], "", ""
+        if block := JOB_BLOCK.match(line):  # a checkpoint's job (fail_fast) too
+            rule, reason, wildcards = block.group(1), "", ""
         elif rule and line.strip().startswith("reason:"):
             reason = line.split(":", 1)[1].strip()
         elif rule and line.strip().startswith("wildcards:"):

@@ -239,10 +239,11 @@ def test_the_dependency_map_is_snakemakes_job_graph():
     jobs = {node: (rule, dict(re.findall(r"\\n(\w+): ([\w.-]+)", rest)))
             for node, rule, rest in re.findall(r'^\s*(\d+)\[label = "(\w+)((?:\\n[^"]*)?)"', dot, re.M)}
     edges = re.findall(r"^\s*(\d+) -> (\d+)", dot, re.M)
-    # The judges and compare_recipes wait for fetch_weights only to be planned again after it
-    # (get_replanned_with_the_weights in workflow/rules/common.smk): they read nothing of it.
-    edges = [(source, target) for source, target in edges
-             if not (jobs[source][0] == "fetch_weights" and jobs[target][0] in ("judge", "compare_recipes"))]
+    # The judges, compare_recipes and export_reload wait for a checkpoint only to be planned again after it
+    # (replanned_after_checkpoints in workflow/rules/common.smk): they read nothing of it.
+    replanned_only = {("fetch_weights", "judge"), ("fetch_weights", "compare_recipes"), ("fail_fast", "judge"),
+                      ("fail_fast", "compare_recipes"), ("fail_fast", "export_reload")}
+    edges = [(source, target) for source, target in edges if (jobs[source][0], jobs[target][0]) not in replanned_only]
     stage = {node: stage_of_job(rule, wildcards) for node, (rule, wildcards) in jobs.items()}
     # Snakemake leaves some wildcard values out of a job's label: a judge's stage is then its one input's.
     for source, target in edges:

@@ -244,9 +244,10 @@ def get_fail_fast(wildcards):
     decide its reruns (an ancient() edge would hide them: Snakemake masks what is downstream of a job it reruns).
     """
     # fail_fast reads the weights: waiting for fetch_weights too, a device stage that reads no weights
-    # (kernel_numerics) is planned again with them, as its judge is (replanned_after_checkpoints).
-    checkpoints.fetch_weights.get()
+    # (kernel_numerics) is planned again with them, as its judge is (replanned_after_checkpoints). fail_fast first:
+    # while both are due, the first that raises is the edge Snakemake draws (stages.UPSTREAM's test reads --dag).
     checkpoints.fail_fast.get()
+    checkpoints.fetch_weights.get()
     return {"fail_fast": "results/fail_fast/passed.json"}
 
 
@@ -257,7 +258,8 @@ def replanned_after_checkpoints(stage):
     keep the reason it was first planned on (a consumer that was due to run) and run although that consumer,
     planned again, did not.
     """
-    for name in ("fetch_weights", "fail_fast"):
+    # fail_fast first, as in get_fail_fast: in the other order a hub bump re-judged kernel_numerics' old record.
+    for name in ("fail_fast", "fetch_weights"):
         if stage in downstream_of(name):
             getattr(checkpoints, name).get()
     return {}
