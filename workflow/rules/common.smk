@@ -265,7 +265,7 @@ def replanned_after_checkpoints(stage):
     return {}
 
 
-def get_replanned_with_the_weights(wildcards):
+def get_replanned_after_checkpoints(wildcards):
     return replanned_after_checkpoints(wildcards.get("stage", "compare_recipes"))
 
 

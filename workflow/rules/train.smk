@@ -58,7 +58,7 @@ localrules:
 
 rule judge:
     input:
-        unpack(get_replanned_with_the_weights),
+        unpack(get_replanned_after_checkpoints),
         measured="results/{stage}/measured.json",
     output:
         summary="results/{stage}/summary.json",
@@ -83,7 +83,7 @@ localrules:
 
 rule compare_recipes:
     input:
-        unpack(get_replanned_with_the_weights),
+        unpack(get_replanned_after_checkpoints),
         train_hf="results/train_hf/summary.json",
         train_native="results/train_native/summary.json",
     output:
