@@ -18,6 +18,7 @@ from qwen3_pilot.training import (
     check_steps,
     clear_run_dir,
     control_changes,
+    export_files,
     launch_failure,
     read_steps,
     read_validation,
@@ -269,3 +270,15 @@ def test_validation_lines_are_read_apart_from_the_training_steps(tmp_path):
     assert [(s["step"], s["loss"]) for s in read_steps(metrics)] == [(1, 6.5), (2, 6.0)]
     held = read_validation(metrics)
     assert held[0] == {"step": 1, "loss": 6.25} and held[1]["step"] == 2 and math.isnan(held[1]["loss"])
+
+
+def test_an_export_without_safetensors_fails_the_stage_naming_the_folder(tmp_path):
+    """train and fail_fast both read the export through export_files: an index with no shard is no export."""
+    step = tmp_path / "checkpoint" / "step-2"
+    step.mkdir(parents=True)
+    (step / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(TrainingError, match=rf"train_hf: no safetensors export in {step}"):
+        export_files("train_hf", tmp_path, 2)
+    (step / "model.safetensors").write_bytes(b"")
+    assert [p.name for p in export_files("train_hf", tmp_path, 2)] == ["model.safetensors",
+                                                                       "model.safetensors.index.json"]

@@ -241,8 +241,13 @@ def recorded_export_dir(record_path: Path) -> Path:
     return Path(json.loads(Path(record_path).read_text())["figures"]["export_dir"])
 
 
-def export_files(run_dir: Path, steps: int) -> list[Path]:
-    return sorted(p for p in export_dir(run_dir, steps).glob("*") if p.is_file())
+def export_files(stage: str, run_dir: Path, steps: int) -> list[Path]:
+    """The files of the Hugging Face export torchtitan wrote at the last step; a run that exported no safetensors
+    fails here, naming the folder."""
+    files = sorted(p for p in export_dir(run_dir, steps).glob("*") if p.is_file())
+    if not any(p.suffix == ".safetensors" for p in files):
+        raise TrainingError(f"{stage}: no safetensors export in {export_dir(run_dir, steps)}")
+    return files
 
 
 def usable_backend(stage: str, backend_config: dict[str, Any], cache_root: str) -> Backend:

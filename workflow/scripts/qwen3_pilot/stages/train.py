@@ -13,7 +13,7 @@ from ..launch import Launch
 from ..recipe_registry import recipe_of
 from ..stage_progress import record_measured
 from ..titan.parity import read_checkpoint_values
-from ..trainer_run import METRICS_FILE, PARITY_FILE, TrainingError, export_dir
+from ..trainer_run import METRICS_FILE, PARITY_FILE, export_dir
 from ..training import (
     CONTROL_RECIPE,
     PLAIN_RECIPE,
@@ -62,9 +62,7 @@ def run(
     loaded, control_steps = steps["fetched weights"], steps["random-init control"]
     repeat = repeat_figures(control_steps, steps["random-init control, again"]) if repeat_steps else None
     record_measured(steps=loaded, control_steps=control_steps, repeat=repeat)
-    exported = export_files(run_dir, training["steps"])
-    if not any(p.suffix == ".safetensors" for p in exported):
-        raise TrainingError(f"{stage}: no safetensors export in {export_dir(run_dir, training['steps'])}")
+    exported = export_files(stage, run_dir, training["steps"])
     parity = json.loads(parity_path.read_text())
     built_layers = next(row["built"] for row in parity["rows"] if row["field"] == "num_hidden_layers")
     replacements = replaced_and_plain(
