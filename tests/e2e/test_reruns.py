@@ -62,7 +62,10 @@ def planned_job_labels(result) -> set[str]:
             for rule, wildcards in planned_job_blocks(result)}
 
 
-FAIL_FAST_SUMMARY = "results/fail_fast/summary.json"
+def record_fail_fast_run(ws: Path, env: dict[str, str] | None = None) -> None:
+    """fail_fast recorded as run with the copy's config and code, without launching it (`--touch`)."""
+    touched = run_snakemake(ws, "--cores", "1", "--touch", "results/fail_fast/summary.json", env=env)
+    assert touched.returncode == 0, output(touched)[-3000:]
 
 
 def planned_past_fail_fast(ws: Path, env: dict[str, str] | None = None) -> tuple[set[str], str]:
@@ -76,8 +79,7 @@ def planned_past_fail_fast(ws: Path, env: dict[str, str] | None = None) -> tuple
         return {"(the dry run failed)"}, output(result)
     if "fail_fast" not in planned_job_labels(result):
         return planned_job_labels(result), output(result)
-    touched = run_snakemake(ws, "--cores", "1", "--touch", FAIL_FAST_SUMMARY, env=env)
-    assert touched.returncode == 0, output(touched)[-3000:]
+    record_fail_fast_run(ws, env)
     after = run_snakemake(ws, "-n", env=env)
     return {"fail_fast"} | planned_job_labels(after), output(after)
 
@@ -193,8 +195,7 @@ def test_each_edit_plans_the_jobs_docs_reruns_md_lists(ws, scratch):
         planned, printed = planned_past_fail_fast(ws, env=AHEAD_ENV)
         overlay.write_text(original)
         if "fail_fast" in planned:  # its run recorded with the edit: recorded again without it, for the next rows
-            touched = run_snakemake(ws, "--cores", "1", "--touch", FAIL_FAST_SUMMARY, env=AHEAD_ENV)
-            assert touched.returncode == 0, output(touched)[-3000:]
+            record_fail_fast_run(ws, AHEAD_ENV)
         if planned != jobs:
             differing.append(f"{edit}: planned {sorted(planned)}, docs/reruns.md lists {sorted(jobs)}\n"
                              f"{printed[-1500:]}")

@@ -15,6 +15,9 @@ SETTINGS = {"steps": 2, "ranks": 2, "seq_len": 256}
 
 def test_the_tiny_run_sets_exactly_the_keys_its_params_leave_out():
     config = default_config()
+    # What it lays over any recipe: a key it sets but the params keep (say the seed) would rerun fail_fast for an
+    # edit that changes none of its launches.
+    assert set(tiny_training({}, SETTINGS)) == set(FAIL_FAST_OWN_KEYS)
     training = fail_fast_training(config)
     assert set(training) == {"train_native", "train_hf", "moe_reduced"}
     for stage, settings in training.items():
