@@ -111,30 +111,56 @@ def test_call_shape_the_nki_rope_refuses_a_seq_len_off_the_kernel_grid_before_la
     assert kernel.launches == []
 
 
-# What the real packages do that install_kernels relies on: torch_neuronx names the PrivateUse1 device
-# "neuron" (as importing it registers the device), nkilib has the rope_hf kernel object.
+# What the real packages do that install_kernels relies on: torch_neuronx names the PrivateUse1 device "neuron" (as
+# importing it registers the device) and has `nki_op(name, mutates_args=...)`, which registers a function with type
+# hints as a custom op (this fake: through torch.library.custom_op, which infers the schema from those hints, so a
+# wrapper without them fails here as it would there) and records the registration; nkilib has the rope_hf kernel
+# object, here one that records each launch and writes q + MARK, k - MARK into the buffers it is handed.
 FAKE_PACKAGES = {
-    "torch_neuronx/__init__.py": "import torch\ntorch.utils.rename_privateuse1_backend('neuron')\n",
+    "torch_neuronx/__init__.py": (
+        "import torch\ntorch.utils.rename_privateuse1_backend('neuron')\nREGISTERED = []\n\n"
+        "def nki_op(name, fn=None, mutates_args={}):\n"
+        "    def register(fn):\n"
+        "        REGISTERED.append({'name': name, 'mutates_args': sorted(mutates_args)})\n"
+        "        return torch.library.custom_op(name, fn, mutates_args=mutates_args)\n"
+        "    return register if fn is None else register(fn)\n"
+    ),
     "nkilib/__init__.py": "",
     "nkilib/core/__init__.py": "",
     "nkilib/core/embeddings/__init__.py": "",
     "nkilib/core/embeddings/rope_hf.py": (
-        "class _Kernel:\n    def __getitem__(self, grid):\n        raise RuntimeError('not launched here')\n\n"
+        "LAUNCHES = []\n\nclass _Kernel:\n    def __getitem__(self, grid):\n"
+        "        def launch(q, k, q_out, k_out, cos, sin, backward):\n"
+        "            LAUNCHES.append({'grid': grid, 'backward': backward})\n"
+        f"            q_out.copy_(q + {MARK}); k_out.copy_(k - {MARK})\n"
+        "        return launch\n\n"
         "rope_hf = _Kernel()\n"
     ),
 }
 INSTALL = """
-import json, torch
-import qwen3_pilot.titan.kernels.rope  # defines the op, with its cpu implementation only
+import json, torch, torch_neuronx
+from nkilib.core.embeddings.rope_hf import LAUNCHES
+from qwen3_pilot.titan.kernels import rope  # defines the plain op, with its cpu implementation only
 from qwen3_pilot.backends.neuron import install_kernels
-registered = lambda: torch._C._dispatch_has_kernel_for_dispatch_key("qwen3_pilot::rope_hf", "PrivateUse1")
-before = registered()
-print(json.dumps({"before": before, "implementations": install_kernels(2), "after": registered()}))
+before = hasattr(torch.ops.qwen3_pilot, "rope_hf_nki")
+implementations = install_kernels(2)
+module = rope.HFLayoutRoPE(rope.HFLayoutRoPE.Config(dim=16, max_seq_len=512, lnc=2))
+q = torch.zeros(1, 256, 4, 16, requires_grad=True)
+k = torch.zeros(1, 256, 2, 16, requires_grad=True)
+q_out, k_out = module(q, k)
+(q_out.sum() + k_out.sum()).backward()
+print(json.dumps({"before": before, "after": hasattr(torch.ops.qwen3_pilot, "rope_hf_nki"),
+                  "registered": torch_neuronx.REGISTERED, "launches": LAUNCHES, "implementations": implementations,
+                  "q_out": sorted(set(q_out.flatten().tolist())), "k_out": sorted(set(k_out.flatten().tolist())),
+                  "q_grad": sorted(set(q.grad.flatten().tolist()))}))
 """
 
 
 @pytest.mark.fake_neuron
-def test_call_shape_install_kernels_registers_the_nki_rope_for_the_neuron_device(tmp_path):
+def test_call_shape_install_kernels_registers_the_nki_rope_through_nki_op_and_the_rope_module_calls_it(tmp_path):
+    """install_kernels registers the kernel the way AWS documents for TorchNeuron (torch_neuronx.nki_op, its
+    backward through register_autograd), and the replaced RoPE module then runs it forward and backward, the
+    plain op not at all (its rotation of zeros would be zeros, and the kernel's marker would be missing)."""
     for name, text in FAKE_PACKAGES.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -144,7 +170,13 @@ def test_call_shape_install_kernels_registers_the_nki_rope_for_the_neuron_device
     result = subprocess.run([sys.executable, "-c", INSTALL], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])
-    assert seen["before"] is False and seen["after"] is True  # PrivateUse1: the key the neuron device uses
+    assert seen["before"] is False and seen["after"] is True
+    assert seen["registered"] == [{"name": "qwen3_pilot::rope_hf_nki", "mutates_args": []}]
+    # The forward on 2 logical cores, then the backward: the same kernel in its backward mode.
+    assert seen["launches"] == [{"grid": 2, "backward": False}, {"grid": 2, "backward": True}]
+    assert seen["q_out"] == [MARK] and seen["k_out"] == [-MARK]
+    assert seen["q_grad"] == [1.0 + MARK]  # the kernel's backward of a gradient of ones
     assert seen["implementations"]["rope_hf"] == (
-        "NKI: nkilib.core.embeddings.rope_hf.rope_hf[2] on 2 logical core(s) per rank")
+        "NKI: nkilib.core.embeddings.rope_hf.rope_hf[2] on 2 logical core(s) per rank, registered with "
+        "torch_neuronx.nki_op")
     assert seen["implementations"]["moe_grouped_experts"].startswith("torch._grouped_mm on the neuron device")

@@ -157,7 +157,8 @@ def test_the_log_check_names_layers_outside_the_rule_and_unconfigured_kernels():
 def test_the_log_line_keeps_an_implementation_with_brackets_whole():
     from qwen3_pilot.backends.neuron import NEURON_EXPERTS_IMPLEMENTATION
 
-    nki = "NKI: nkilib.core.embeddings.rope_hf.rope_hf[2] on 2 logical core(s) per rank"
+    nki = ("NKI: nkilib.core.embeddings.rope_hf.rope_hf[2] on 2 logical core(s) per rank, registered with "
+           "torch_neuronx.nki_op")
     text = (f"[default0]:kernel replacement: rope_hf layers.0.attention.rope CosSinRoPE -> HFLayoutRoPE [{nki}]\n"
             f"kernel replacement: moe_grouped_experts layers.0.moe.routed_experts.inner_experts GroupedExperts -> "
             f"KernelGroupedExperts [{NEURON_EXPERTS_IMPLEMENTATION}]\r\n")

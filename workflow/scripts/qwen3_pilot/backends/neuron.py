@@ -551,6 +551,7 @@ def install_kernels(lnc: int) -> dict[str, str]:
     from ..titan.kernels.rope import register_neuron_kernel
 
     register_neuron_kernel(lnc)
-    set_implementation("rope_hf", f"NKI: {NKI_ROPE_MODULE}.rope_hf[{lnc}] on {lnc} logical core(s) per rank")
+    set_implementation("rope_hf", f"NKI: {NKI_ROPE_MODULE}.rope_hf[{lnc}] on {lnc} logical core(s) per rank, "
+                                  "registered with torch_neuronx.nki_op")
     set_implementation("moe_grouped_experts", NEURON_EXPERTS_IMPLEMENTATION)
     return {kernel: implementation(kernel) for kernel in KERNELS}

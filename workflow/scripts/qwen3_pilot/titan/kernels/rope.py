@@ -29,6 +29,7 @@ from qwen3_pilot.parse_time.config import NKI_ROPE_TILE
 from qwen3_pilot.titan.kernels import ReplacedConfig, log_replacement
 
 OP_NAME = "qwen3_pilot::rope_hf"
+NKI_OP_NAME = "qwen3_pilot::rope_hf_nki"
 
 
 class SeqLenRuleError(ValueError):
@@ -94,30 +95,69 @@ def _rope_hf_setup_context(ctx, inputs, output):
     ctx.backward = backward
 
 
-def _rope_hf_backward(ctx, grad_q, grad_k):
-    # The rotation is linear in q and k: its gradient is the kernel's own backward mode on the same
-    # saved cos/sin (and the gradient of that is the forward mode again). cos/sin get no gradient:
-    # they are the fixed table.
-    cos, sin = ctx.saved_tensors
-    grad_q, grad_k = rope_hf(grad_q.contiguous(), grad_k.contiguous(), cos, sin, not ctx.backward)
-    return grad_q, grad_k, None, None, None
+def backward_through(op) -> Callable:
+    """The op's autograd backward, computed by the op itself: the rotation is linear in q and k, so its gradient
+    is the kernel's own backward mode on the same saved cos/sin (and the gradient of that is the forward mode
+    again). cos/sin get no gradient: they are the fixed table."""
+
+    def backward(ctx, grad_q, grad_k):
+        cos, sin = ctx.saved_tensors
+        grad_q, grad_k = op(grad_q.contiguous(), grad_k.contiguous(), cos, sin, not ctx.backward)
+        return grad_q, grad_k, None, None, None
+
+    return backward
 
 
-rope_hf.register_autograd(_rope_hf_backward, setup_context=_rope_hf_setup_context)
+rope_hf.register_autograd(backward_through(rope_hf), setup_context=_rope_hf_setup_context)
+
+# The op the RoPE module calls: the plain custom op above, unless a backend has put its kernel's op in its place
+# (register_neuron_kernel). A module global rather than a dispatch key, so that a compiled graph holds the
+# backend's own op (torch.compile reads the global and guards on it).
+_rope_op = rope_hf
+
+
+def use_rope_op(op) -> None:
+    global _rope_op
+    _rope_op = op
 
 
 def register_neuron_kernel(lnc: int) -> None:
-    """Routes `qwen3_pilot::rope_hf` on neuron tensors to the NKI Library kernel. Call once per process on
-    a trn2 with the Neuron SDK, before the model runs; never called on the build machines.
+    """Puts the NKI Library kernel in place of the plain op, for eager mode and compiled graphs alike. Call once
+    per process on a trn2 with the Neuron SDK, before the model runs; never called on the build machines.
 
     Module name: `nkilib.core.embeddings.rope_hf.rope_hf`, the NKI Library kernel (module `nkilib`; the
     distribution that provides it is recorded by pin_env as system version `nkilib`; source:
-    github.com/aws-neuron/nki-library,
-    src/nkilib_src/nkilib/core/embeddings/rope_hf.py). Assumption not verified here: the device type
-    torch-neuronx registers is "neuron" (as backends/neuron.py says)."""
+    github.com/aws-neuron/nki-library, src/nkilib_src/nkilib/core/embeddings/rope_hf.py)."""
     from nkilib.core.embeddings.rope_hf import rope_hf as nki_rope_hf
+    from torch_neuronx import nki_op
 
-    rope_hf.register_kernel("neuron")(nki_rope_kernel(nki_rope_hf, lnc))
+    use_rope_op(nki_rope_op(nki_op, nki_rope_hf, lnc))
+
+
+def nki_rope_op(nki_op, nki_rope_hf, lnc: int):
+    """`qwen3_pilot::rope_hf_nki`: the kernel launch (nki_rope_kernel) registered as a PyTorch custom op the way
+    AWS documents it for TorchNeuron, which is what takes an NKI kernel into torch.compile(backend="neuron"):
+    `nki_op` from torch_neuronx ("from torch_neuronx import nki_op, nki", then `@nki_op("mylib::my_op",
+    mutates_args={})` on a wrapper with type hints that calls the `@nki.jit` kernel:
+    https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/get-started/about/index.html), its backward added
+    with `register_autograd` on the op it returns ("Training models that include NKI kernels requires a backward
+    version of the custom op, implemented using the register_autograd() function":
+    https://awsdocs-neuron.readthedocs-hosted.com/en/latest/frameworks/torch/pytorch-native-overview.html). In
+    torch.compile the kernel call "becomes one node in the captured graph and compiles together with the
+    surrounding PyTorch operations" (.../torch/guides/how-to-work-with-nki.html); Neuron SDK 2.33 or later
+    (.../torch/get-started/quickstart-nki-kernel.html). AWS's pages say nothing of a plain custom op whose
+    neuron kernel launches NKI, which is why that route is gone. Outputs are fresh tensors (mutates_args empty):
+    the buffers the kernel writes are allocated inside the wrapper."""
+    launch = nki_rope_kernel(nki_rope_hf, lnc)
+
+    def rope_hf_nki(
+        q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backward: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return launch(q, k, cos, sin, backward)
+
+    op = nki_op(NKI_OP_NAME, mutates_args={})(rope_hf_nki)
+    op.register_autograd(backward_through(op), setup_context=_rope_hf_setup_context)
+    return op
 
 
 def nki_rope_kernel(nki_rope_hf, lnc: int) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
@@ -149,7 +189,7 @@ def rope_titan_layout(
     # The kernel walks HBM with fixed strides, so it needs the HF layout materialised, not a view.
     q_BNLH = q_BLNH.transpose(1, 2).contiguous()
     k_BNLH = k_BLNH.transpose(1, 2).contiguous()
-    q_out, k_out = torch.ops.qwen3_pilot.rope_hf(q_BNLH, k_BNLH, cos, sin, False)
+    q_out, k_out = _rope_op(q_BNLH, k_BNLH, cos, sin, False)
     # Views back to (B, L, N, H): torchtitan's SDPA transposes to (B, N, L, H) again, which makes these
     # contiguous there, so no copy on the way out.
     return q_out.transpose(1, 2), k_out.transpose(1, 2)
