@@ -40,6 +40,11 @@ from qwen3_pilot.tools.preflight import PUBLISHED_COMPONENTS, PreflightError, in
 
 STACK = read_release("2.33.0")
 NEXT = read_release("2.34.0")
+# A release as one reads before AWS's package list is: its compiler, NKI and OS packages unrecorded (2.34.0 was, until
+# its release content page was read), for the tests of what an unrecorded value does.
+UNREAD = dataclasses.replace(
+    NEXT, python={**NEXT.python, "neuronx-cc": UNRECORDED, "nki": UNRECORDED},
+    system={name: UNRECORDED for name in NEXT.system}, tools={name: UNRECORDED for name in NEXT.tools})
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -57,12 +62,15 @@ def test_2_34_0_holds_what_aws_published_and_marks_the_rest_unrecorded():
     published = (PUBLISHED_COMPONENTS / "sdk-2.34.0-components.md").read_text()
     assert components_problems(NEXT, published) == []
     assert NEXT.python["torch-neuronx"] == "2.14.3.1.*" and NEXT.released == "2026-11-30"
-    unrecorded = {name for name, version in NEXT.components().items() if UNRECORDED in version}
-    assert unrecorded == {"neuronx-cc", "nki", *NEXT.os_packages}
+    assert NEXT.python["nki"] == "0.8.0" and NEXT.python["neuronx-cc"] == "2.29.16866.0"
+    assert NEXT.system["aws-neuronx-runtime-lib"] == "2.36.8.0" and NEXT.tools == {"aws-neuronx-tools": "2.34.29.0"}
+    assert not [name for name, version in NEXT.components().items() if UNRECORDED in version]
     assert NEXT.framework == {"torch": "2.14.0"} and NEXT.fork.version == "0.2.2+neuron.2"
-    assert NEXT.machine.python == ("3.12", "3.13", "3.14") and NEXT.machine.standalone_os is None
-    # Nothing unrecorded is listed with a version in AWS's list as recorded.
-    assert "| Neuron Compiler (neuronx-cc) | unrecorded |" in published
+    assert NEXT.machine.python == ("3.12", "3.13", "3.14")
+    assert NEXT.machine.standalone_os == ("ubuntu 22.04", "ubuntu 24.04", "ubuntu 26.04")
+    # The DLAMI's name and venv were on no page read: unrecorded, and so said in AWS's list as recorded.
+    assert NEXT.machine.dlami is None and NEXT.machine.dlami_venv is None
+    assert "| DLAMI | unrecorded name and venv;" in published
 
 
 def test_a_version_the_published_list_does_not_have_is_named():
@@ -199,8 +207,9 @@ def test_an_unsupported_python_is_refused_naming_it_and_the_supported_ones(tmp_p
 
 
 def test_a_release_whose_machine_is_unrecorded_is_refused_until_recorded(tmp_path):
+    unread = dataclasses.replace(NEXT, machine=dataclasses.replace(NEXT.machine, standalone_os=None))
     with pytest.raises(StackError, match=r"SDK 2\.34\.0's supported OS is unrecorded in .*2\.34\.0\.toml \[machine\]"):
-        machine_layout(NEXT, os_root(tmp_path, UBUNTU_26), "python3", python_is("3.12"))
+        machine_layout(unread, os_root(tmp_path, UBUNTU_26), "python3", python_is("3.12"))
 
 
 def test_the_layer_makes_the_venv_import_awss_venv_after_its_own(tmp_path):
@@ -312,7 +321,7 @@ def test_a_component_off_the_release_fails_the_record_naming_it():
 
 
 def test_an_unrecorded_version_fails_the_record_whatever_is_installed():
-    record = stack_record(NEXT, versions(**RELEASED), dict(STACK.os_packages), COMMIT)
+    record = stack_record(UNREAD, versions(**RELEASED), dict(STACK.os_packages), COMMIT)
     failing = {row["component"] for row in record["components"] if not row["ok"]}
     # torch 2.14.0 is 2.34.0's too; torch-neuronx and the fork moved; the rest is unrecorded.
     assert failing == {"torch-neuronx", "neuronx-cc", "nki", *NEXT.os_packages, "torchtitan"}
@@ -323,7 +332,13 @@ def test_an_unrecorded_version_fails_the_record_whatever_is_installed():
 def test_an_instance_on_another_release_is_named_with_the_one_line_fix():
     stacks = [STACK, NEXT]
     on_2_33 = {name: f"{version}-1" for name, version in STACK.os_packages.items()}
-    assert releases_carrying(on_2_33, stacks) == ["2.33.0"]  # 2.34.0's unrecorded versions claim nothing
+    assert releases_carrying(on_2_33, stacks) == ["2.33.0"]
+    assert releases_carrying(on_2_33, [STACK, UNREAD]) == ["2.33.0"]  # unrecorded versions claim nothing
+    on_2_34 = {name: f"{version}-1" for name, version in NEXT.os_packages.items()}
+    assert releases_carrying(on_2_34, stacks) == ["2.34.0"]
+    assert os_release_note(STACK, stack_record(STACK, versions(**RELEASED), on_2_34, COMMIT), stacks).endswith(
+        "set neuron.sdk: 2.34.0 (config/trn2.yaml), or launch SDK 2.33.0's DLAMI (Deep Learning AMI Neuron "
+        "torch-neuronx 2.14.0)")
     record = stack_record(NEXT, versions(**RELEASED), on_2_33, COMMIT)
     note = os_release_note(NEXT, record, stacks)
     assert note.startswith("this instance carries SDK 2.33.0's OS packages (aws-neuronx-dkms 2.31.7.0-1, ")
@@ -348,7 +363,7 @@ def test_the_releases_pip_components_and_fork_are_pinned_for_the_stages():
     assert set(pins) == {"torch", "torch-neuronx", "neuronx-cc", "nki", "torchtitan"}
     assert pins["torchtitan"].admits("0.2.2+neuron.1") and not pins["torchtitan"].admits("0.3.0")
     assert pins["torch-neuronx"].admits("2.14.3.0.1234") and not pins["torch-neuronx"].admits("2.14.3.1.5")
-    unrecorded = release_pins(NEXT)["nki"]
+    unrecorded = release_pins(UNREAD)["nki"]
     assert unrecorded.specifier == UNRECORDED and not unrecorded.admits("0.7.0")
 
 
@@ -356,7 +371,8 @@ def test_the_switch_to_2_34_0_lists_each_component_that_moved():
     changes = {row["component"]: (row["from"], row["to"]) for row in component_changes(STACK, NEXT)}
     assert changes["torch-neuronx"] == ("2.14.3.0.*", "2.14.3.1.*")
     assert changes["torchtitan"] == ("0.2.2+neuron.1 @ release-2.33", "0.2.2+neuron.2 @ main")
-    # torch 2.14.0 in both; every other one is unrecorded in 2.34.0.
+    assert changes["nki"] == ("0.7.0", "0.8.0") and changes["aws-neuronx-tools"] == ("2.33.38.0", "2.34.29.0")
+    # torch 2.14.0 in both; every other component moved.
     assert set(changes) == set(NEXT.components()) - {"torch"}
     assert component_changes(STACK, STACK) == []
 
@@ -366,7 +382,7 @@ def test_the_preflight_names_the_release_and_the_forks_ref_and_checks_the_plan(t
     assert plan["sdk_release"] == "2.33.0" and plan["published_list"].endswith("sdk-2.33.0-components.md")
     assert plan["fork"] == "https://github.com/aws-neuron/torchtitan-neuron.git @ release-2.33"
     assert not plan["unrecorded"]
-    assert install_plan(PROJECT, "2.34.0")["unrecorded"] == ["neuronx-cc", "nki", *NEXT.os_packages]
+    assert install_plan(PROJECT, "2.34.0")["unrecorded"] == []
     project = tmp_path / "project"
     (project / "workflow" / "envs" / "neuron-sdk").mkdir(parents=True)
     for name in ("neuron-sdk/2.33.0.toml", "neuron.txt"):
