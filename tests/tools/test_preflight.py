@@ -29,8 +29,15 @@ def run(tmp_path, overlay: dict | None = None):
     return preflight(files, DEFAULT_MODEL_CONFIGS, tmp_path / "preflight")
 
 
-def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(tmp_path, capsys):
+def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(tmp_path, capsys, monkeypatch):
+    from qwen3_pilot.tools import preflight as preflight_module
     from qwen3_pilot.tools.preflight import print_summary
+
+    # The fork's launches stand in here (a finished cpu run is an end-to-end run's: fork_launches' own tests below).
+    launched = []
+    monkeypatch.setattr(preflight_module, "fork_launches", lambda clone, cpu_run, scratch: launched.append(
+        (clone, cpu_run)) or {"torchtitan": "torchtitan 0.3.0", "level": "hf_datasets", "steps": 2,
+                              "recipes": {"qwen3_native": "trained 5.771, 5.747"}})
 
     # With a rehearsal clone of the fork: checked at the release file's ref (release-2.33).
     upstream, fork, base = rehearsal_fork(tmp_path / "repos", installed_torchtitan_link)
@@ -38,6 +45,8 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert (report["checks"]["fork"]["figures"]["ref"], report["checks"]["fork"]["figures"]["merge_base"]) == (
         "release-2.33", base)
     assert report["status"] == "pass", {k: v.get("error") for k, v in report["checks"].items()}
+    # The fork's launches are run on the clone the fork check made, from the finished cpu run here by default.
+    assert launched == [(tmp_path / "preflight" / "work" / "fork", PROJECT)]
     native = report["checks"]["train_native"]["figures"]
     assert native["parameters"] == 4_022_468_096 and native["layers"] == 36
     assert native["rope_hf_on_every_layer"] == 36
@@ -64,6 +73,8 @@ def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(t
     assert "  install_plan: Neuron SDK 2.33.0 (" in printed
     assert "fork https://github.com/aws-neuron/torchtitan-neuron.git @ release-2.33\n" in printed
     assert f"  fork: {fork} @ release-2.33 = " in printed and f"base {base[:12]} of 2026-08-15 on " in printed
+    assert ("  fork_launches: torchtitan 0.3.0 (hf_datasets level), 2 steps each: qwen3_native trained 5.771, "
+            "5.747\n") in printed
     assert f"release-2.33 = {report['checks']['fork']['figures']['commit'][:12]}: every name present; base" in decision
     parity = {row["field"]: (row["built"], row["checkpoint"], row["verdict"]) for row in native["parity"]}
     assert parity["rope_theta"] == (5_000_000.0, 5_000_000.0, "match")
@@ -254,7 +265,8 @@ def installed_torchtitan_link(folder):
 
 
 def test_a_fork_clone_is_checked_for_its_base_on_upstream_and_its_own_torchtitans_api(tmp_path, capsys):
-    from qwen3_pilot.tools.preflight import fork_base, fork_check, print_summary
+    from qwen3_pilot.tools.fork import fork_base, fork_check
+    from qwen3_pilot.tools.preflight import print_summary
 
     upstream, fork, base = rehearsal_fork(tmp_path, installed_torchtitan_link)
     (tmp_path / "work").mkdir()
@@ -277,13 +289,62 @@ def test_a_fork_clone_is_checked_for_its_base_on_upstream_and_its_own_torchtitan
 
 
 def test_a_fork_on_a_torchtitan_from_before_the_config_refactor_fails_the_check_naming_it(tmp_path):
-    from qwen3_pilot.tools.preflight import PreflightError, fork_check
+    from qwen3_pilot.tools.fork import ForkError, fork_check
 
     upstream, fork, _ = rehearsal_fork(tmp_path, pre_refactor_torchtitan)
     (tmp_path / "work").mkdir()
-    with pytest.raises(PreflightError, match=r"the fork at release-2.33 \([0-9a-f]{12}\): the installed torchtitan "
+    with pytest.raises(ForkError, match=r"the fork at release-2.33 \([0-9a-f]{12}\): the installed torchtitan "
                                              r"\(torchtitan from .*\) predates upstream's config refactor"):
         fork_check(str(fork), "release-2.33", str(upstream), tmp_path / "work")
+
+
+def finished_cpu_run(folder: Path) -> Path:
+    """A folder holding what fork_launches reads of a finished cpu run: each training stage's recorded launch."""
+    from qwen3_pilot.paths import RunFolder
+    from qwen3_pilot.recipe_registry import RECIPES
+
+    for recipe in RECIPES:
+        record = RunFolder(folder).launch_record(recipe.stage, "run")
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text("{}")
+    return folder
+
+
+def test_the_forks_torchtitan_trains_each_recipes_recorded_launch_with_the_clone_first_on_the_path(
+        tmp_path, monkeypatch):
+    """fork_launches relaunches every recipe's recorded launch of the finished cpu run for 2 steps with the fork's
+    clone as the torchtitan (titan_compat's relaunch, tested for real in tests/tools/test_titan_compat.py, stands
+    in here); its API probe runs for real, in the clone's torchtitan."""
+    from qwen3_pilot.recipe_registry import RECIPES
+    from qwen3_pilot.tools import titan_compat
+    from qwen3_pilot.tools.fork import ForkError, fork_launches
+
+    _, fork, _ = rehearsal_fork(tmp_path / "repos", installed_torchtitan_link)
+    with pytest.raises(ForkError, match=rf"^{tmp_path / 'empty'}: no recorded launch for train_native, train_hf, "
+                                        r"moe_reduced \(results/<stage>/run/launch.json\): run the cpu pipeline here "
+                                        r"first \(make report\)"):
+        fork_launches(fork, tmp_path / "empty", tmp_path / "scratch")
+
+    run = finished_cpu_run(tmp_path / "run")
+    relaunched = []
+
+    def train(workdir, torchtitan, recipe, steps, scratch):
+        relaunched.append((workdir, torchtitan.path, recipe.stage, steps))
+        return {"works": True, "why": "trained 5.000, 4.900"}
+
+    monkeypatch.setattr(titan_compat, "train", train)
+    figures = fork_launches(fork, run, tmp_path / "scratch")
+    assert relaunched == [(run, fork, recipe.stage, 2) for recipe in RECIPES]
+    assert figures["steps"] == 2 and figures["level"] == "hf_datasets"
+    assert figures["recipes"] == {recipe.config_function: "trained 5.000, 4.900" for recipe in RECIPES}
+
+    # A recipe the fork's torchtitan cannot train fails the check, named with why.
+    monkeypatch.setattr(titan_compat, "train", lambda workdir, torchtitan, recipe, steps, scratch: (
+        {"works": False, "why": "the trainer failed: KeyError: 'seq_len'"} if recipe.stage == "moe_reduced"
+        else {"works": True, "why": "trained"}))
+    with pytest.raises(ForkError, match=r"the fork's torchtitan \(.*\) does not train qwen3_moe_reduced: the "
+                                        r"trainer failed: KeyError: 'seq_len'$"):
+        fork_launches(fork, run, tmp_path / "scratch")
 
 
 # A fork whose Qwen3 recipe brings its own parallelize function and SPMD backend.

@@ -202,6 +202,8 @@ PREFLIGHT: dict[str, Callable[[Any], str]] = {
     "fork": lambda f: (f"{f['ref']} = {f['commit'][:12]}: every name present; "
                        + (f"base {f['merge_base'][:12]} of {f['merge_base_date']} on upstream" if f["merge_base"]
                           else f"base unknown ({f['why']})")),
+    "fork_launches": lambda f: (f"{len(f['recipes'])} recipes trained {f['steps']} steps each on the fork's "
+                                f"torchtitan ({f['torchtitan']}), gloo ranks here"),
     "fsdp_plan": lambda f: (f"{f['world_size']}-rank FSDP plan: {number(f['static_gib_per_rank'])} GiB per rank "
                             f"(parameters, gradients, AdamW state), budget {number(f['hbm_per_rank_gib'])} GiB"),
 }

@@ -16,7 +16,9 @@ machine, before anyone rents one.
 5. the exact launch command and environment of every neuron stage that uses the device;
 6. with `--fork PATH_OR_URL`: the TorchTitan Neuron clone at the release's ref (or `--fork-ref`), its merge-base
    with upstream torchtitan (`--upstream`, fetched into a scratch clone) and that commit's date where the
-   histories allow, and the API check of step 2 against the fork's own torchtitan, in a fresh interpreter.
+   histories allow, the API check of step 2 against the fork's own torchtitan, in a fresh interpreter, and each
+   recipe's launch of the finished cpu run in `--cpu-run` (default: here, after `make report`) again for 2 steps
+   with the fork's torchtitan (tools/fork.py).
 
 It writes preflight.json and preflight.html into `--out` and exits non-zero when a check failed. Nothing
 here runs on Trainium, and the report says so.
@@ -48,6 +50,7 @@ from ..parse_time.config import (
 from ..paths import PROJECT, WORKFLOW, RunFolder
 from ..problems import problem_list
 from ..recipe_registry import RECIPES, recipe_of
+from .fork import UPSTREAM_TORCHTITAN, fork_check, fork_launches
 
 RESOURCES = WORKFLOW / "resources"
 # The published models' config.json values, and AWS's component list per SDK release
@@ -55,8 +58,6 @@ RESOURCES = WORKFLOW / "resources"
 DEFAULT_MODEL_CONFIGS = RESOURCES / "qwen3-configs"
 PUBLISHED_COMPONENTS = RESOURCES / "neuron"
 MOE_MODEL = "Qwen3-30B-A3B"
-# Where the fork's base is looked for: upstream torchtitan's main branch.
-UPSTREAM_TORCHTITAN = "https://github.com/pytorch/torchtitan.git"
 # The reduced MoE's widths against Qwen3-30B-A3B's config.json: moe.full_width key -> config.json key.
 MOE_WIDTH_FIELDS = {
     "dim": "hidden_size", "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
@@ -369,9 +370,10 @@ def not_run(name: str, reason: str, checks: dict[str, Any]) -> None:
 
 def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: Path = PROJECT,
               fork: str | None = None, fork_ref: str | None = None,
-              upstream: str = UPSTREAM_TORCHTITAN) -> dict[str, Any]:
+              upstream: str = UPSTREAM_TORCHTITAN, cpu_run: Path = PROJECT) -> dict[str, Any]:
     """Runs every check (each one's failure is recorded, the others still run) and writes the report. With
-    `fork`, the fork's own torchtitan is checked too (fork_check), at `fork_ref` or the release's ref."""
+    `fork`, the fork's own torchtitan is checked too (fork_check), at `fork_ref` or the release's ref, and it trains
+    each recipe's recorded launch of the finished cpu run in `cpu_run` (fork_launches)."""
     from ..backends import make_backend
     from ..titan import titan_api
 
@@ -429,6 +431,10 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
 
         work.mkdir(parents=True, exist_ok=True)
         run_check("fork", checked_fork, checks)
+        if checks["fork"]["status"] == "pass":
+            run_check("fork_launches", lambda: fork_launches(work / "fork", cpu_run, work / "fork-launches"), checks)
+        else:
+            not_run("fork_launches", "the fork's clone or its API check failed (see fork)", checks)
     failed = [name for name, check in checks.items() if check["status"] != "pass"]
     report = {
         "title": "trn2 preflight",
@@ -467,79 +473,6 @@ def torchtitan_api(entries) -> dict[str, Any]:
             f"  {user}:\n" + "\n".join(f"    - {name}" for name in names) for user, names in missing.items() if names))
     return {"version": installed_torchtitan(), "entries_checked": len(entries),
             **{user: "every name present" for user in missing}}
-
-
-def git(*args: str, cwd: Path | None = None) -> str:
-    """A git command's output; a failure raises PreflightError with git's own message."""
-    import subprocess
-
-    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise PreflightError(f"git {' '.join(args)}: {result.stderr.strip() or f'exit {result.returncode}'}")
-    return result.stdout.strip()
-
-
-def fork_base(clone: Path, upstream: str, branch: str = "main") -> dict[str, Any]:
-    """The clone's merge-base with upstream's `branch`, fetched into the clone, and that commit's date; where the
-    histories cannot tell (a shallow clone, no upstream reachable, no common commit), why instead."""
-    try:
-        git("fetch", "--quiet", "--no-tags", upstream, f"+{branch}:refs/preflight/upstream", cwd=clone)
-    except PreflightError as error:
-        return {"merge_base": None, "why": f"upstream {upstream} not fetched: {error}"}
-    if git("rev-parse", "--is-shallow-repository", cwd=clone) == "true":
-        return {"merge_base": None, "why": "the fork's clone is shallow: its history cannot show where it branched"}
-    try:
-        base = git("merge-base", "HEAD", "refs/preflight/upstream", cwd=clone)
-    except PreflightError:
-        return {"merge_base": None, "why": f"no commit in common with {upstream} {branch}"}
-    return {"merge_base": base, "merge_base_date": git("show", "-s", "--format=%cs", base, cwd=clone),
-            "fork_commits_since": int(git("rev-list", "--count", f"{base}..HEAD", cwd=clone)),
-            "upstream_commits_since": int(git("rev-list", "--count", f"{base}..refs/preflight/upstream", cwd=clone))}
-
-
-# Run in the fork's own interpreter path: what the API check of step 2 finds in the fork's torchtitan.
-FORK_API_CHECK = """
-import json
-from qwen3_pilot.titan.titan_api import config_api_problem, installed_torchtitan, missing_by_user
-refused = config_api_problem()
-print(json.dumps({"torchtitan": installed_torchtitan(), "refused": refused,
-                  "missing": {} if refused else missing_by_user("neuron")}))
-"""
-
-
-def fork_check(fork: str, ref: str, upstream: str, work: Path) -> dict[str, Any]:
-    """The fork at `ref`, cloned into `work` (a path or URL; the given clone is never changed): its commit, its
-    base on upstream and the API every recipe needs, checked against the fork's own torchtitan."""
-    import shutil
-    import subprocess
-
-    from ..paths import SCRIPTS
-
-    clone = work / "fork"
-    shutil.rmtree(clone, ignore_errors=True)  # an earlier preflight's clone
-    git("clone", "--quiet", "--no-checkout", fork, str(clone))
-    # A branch of the fork is the clone's origin/<ref>; a tag or a commit is itself.
-    branch = git("branch", "--list", "--remotes", f"origin/{ref}", cwd=clone)
-    git("checkout", "--quiet", "--detach", f"origin/{ref}" if branch else ref, cwd=clone)
-    figures = {"fork": fork, "ref": ref, "commit": git("rev-parse", "HEAD", cwd=clone), "upstream": upstream,
-               **fork_base(clone, upstream)}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(clone), str(SCRIPTS)])}
-    result = subprocess.run([sys.executable, "-c", FORK_API_CHECK], capture_output=True, text=True, env=env,
-                            cwd=work)
-    if result.returncode != 0:
-        raise PreflightError(f"the API check in the fork's torchtitan did not run: {result.stderr.strip()[-2000:]}")
-    api = json.loads(result.stdout.splitlines()[-1])
-    figures["torchtitan"] = api["torchtitan"]
-    if api["refused"]:
-        raise PreflightError(f"the fork at {ref} ({figures['commit'][:12]}): {api['refused']}")
-    missing = {user: names for user, names in api["missing"].items() if names}
-    if missing:
-        raise PreflightError(f"the fork at {ref} ({figures['commit'][:12]}, base {figures.get('merge_base_date', '?')})"
-                             " lacks names these use:\n" + "\n".join(
-                                 f"  {user}:\n" + "\n".join(f"    - {name}" for name in names)
-                                 for user, names in missing.items()))
-    figures["api"] = {user: "every name present" for user in api["missing"]}
-    return figures
 
 
 def install_plan(project: Path, release: str, published: Path = PUBLISHED_COMPONENTS) -> dict[str, Any]:
@@ -596,6 +529,10 @@ def print_summary(report: dict[str, Any]) -> None:
                 f"({forked['fork_commits_since']} fork commits since, {forked['upstream_commits_since']} upstream)"
                 if forked["merge_base"] else f"base unknown: {forked['why']}")
         print(f"  fork: {forked['fork']} @ {forked['ref']} = {forked['commit'][:12]}; {base}")
+    trained = report["checks"].get("fork_launches", {}).get("figures")
+    if trained:
+        print(f"  fork_launches: {trained['torchtitan']} ({trained['level']} level), {trained['steps']} steps each: "
+              + "; ".join(f"{name} {why}" for name, why in trained["recipes"].items()))
     elif "fork" not in report["checks"]:
         print("  fork: not checked (give --fork PATH_OR_URL: its base on upstream and its torchtitan's API)")
     native = report["checks"].get("train_native", {}).get("figures")
@@ -621,12 +558,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-configs", type=Path, default=DEFAULT_MODEL_CONFIGS,
                         help="folder with the published <model>.config.json files")
     parser.add_argument("--out", type=Path, default=RunFolder(PROJECT).results / "preflight")
-    parser.add_argument("--fork", help="a TorchTitan Neuron clone (path or URL) to check: its base and its API")
+    parser.add_argument("--fork", help="a TorchTitan Neuron clone (path or URL) to check: its base, its API and "
+                                       "the recipes' launches on its torchtitan")
     parser.add_argument("--fork-ref", help="the fork's branch, tag or commit (default: the SDK release file's ref)")
     parser.add_argument("--upstream", default=UPSTREAM_TORCHTITAN, help="upstream torchtitan (path or URL)")
+    parser.add_argument("--cpu-run", type=Path, default=PROJECT,
+                        help="a finished cpu run whose recipe launches the fork's torchtitan trains (default: here)")
     args = parser.parse_args(argv)
     report = preflight(args.configfile, args.model_configs, args.out, fork=args.fork, fork_ref=args.fork_ref,
-                       upstream=args.upstream)
+                       upstream=args.upstream, cpu_run=args.cpu_run.resolve())
     print_summary(report)
     print(f"report: {args.out / 'preflight.html'}")
     return 0 if report["status"] == "pass" else 1

@@ -118,9 +118,14 @@ def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dic
     return {"torchtitan": torchtitan.label, "version": probe["version"], "level": probe["level"], "recipes": cells}
 
 
+def missing_launches(workdir: Path) -> list[str]:
+    """The training stages whose recorded launch (results/<stage>/run/launch.json) the finished run in `workdir`
+    lacks: what a relaunch (train) needs."""
+    return [recipe.stage for recipe in RECIPES if not RunFolder(workdir).launch_record(recipe.stage, "run").is_file()]
+
+
 def matrix(workdir: Path, torchtitans: list[Torchtitan], steps: int) -> list[dict[str, Any]]:
-    missing = [recipe.stage for recipe in RECIPES
-               if not RunFolder(workdir).launch_record(recipe.stage, "run").is_file()]
+    missing = missing_launches(workdir)
     if missing:
         raise SystemExit(f"{workdir}: no recorded launch for {', '.join(missing)} (results/<stage>/run/launch.json): "
                          "run the cpu pipeline here first (make report)")
