@@ -89,9 +89,9 @@ def fork_check(fork: str, ref: str, upstream: str, work: Path) -> dict[str, Any]
     missing = {user: names for user, names in api["missing"].items() if names}
     if missing:
         raise ForkError(f"the fork at {ref} ({figures['commit'][:12]}, base {figures.get('merge_base_date', '?')})"
-                             " lacks names these use:\n" + "\n".join(
-                                 f"  {user}:\n" + "\n".join(f"    - {name}" for name in names)
-                                 for user, names in missing.items()))
+                        " lacks names these use:\n" + "\n".join(
+                            f"  {user}:\n" + "\n".join(f"    - {name}" for name in names)
+                            for user, names in missing.items()))
     figures["api"] = {user: "every name present" for user in api["missing"]}
     return figures
 
