@@ -358,9 +358,12 @@ def plan_once(monkeypatch):
 # flex attention (tests/e2e/test_training_e2e.py). The benchmark measures the native recipe only (eager, compiled
 # cold and warm): its moe_reduced runs (replaced and plain: two launches, 31 CPU-seconds) are the moe_reduced
 # stage's launches again with other step counts; tests/test_benchmark.py checks what the stage gives each of them,
-# and `make report` runs them.
+# and `make report` runs them. fail_fast launches each recipe on one rank: a rank is about 6 CPU-seconds of imports,
+# and the suite runs fail_fast three times (the shared run, the transformers pin change, the missing-name test); the
+# recipes on two ranks are the training stages' own launches (`make report` runs fail_fast on two).
 SMALL = {
     "ranks": 2,
+    "fail_fast": {"ranks": 1},
     "fixture": {"steps": 120, "num_hidden_layers": 2},
     "benchmark": {"recipes": ["train_native"], "compile_backend": "aot_eager", "warmup_steps": 2, "measured_steps": 5},
     "kernel_numerics": {"compile": {"backend": "aot_eager"}},
