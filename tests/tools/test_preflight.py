@@ -326,19 +326,23 @@ def test_the_forks_torchtitan_trains_each_recipes_recorded_launch_with_the_clone
         fork_launches(fork, tmp_path / "empty", tmp_path / "scratch")
 
     run = finished_cpu_run(tmp_path / "run")
-    relaunched = []
+    relaunched, probed = [], []
 
     def train(workdir, torchtitan, recipe, steps, scratch):
         relaunched.append((workdir, torchtitan.path, recipe.stage, steps))
         return {"works": True, "why": "trained 5.000, 4.900"}
 
+    real_probe = titan_compat.api_probe
+    monkeypatch.setattr(titan_compat, "api_probe", lambda torchtitan: probed.append(real_probe(torchtitan)) or probed[0])
     monkeypatch.setattr(titan_compat, "train", train)
     figures = fork_launches(fork, run, tmp_path / "scratch")
     assert relaunched == [(run, fork, recipe.stage, 2) for recipe in RECIPES]
     assert figures["steps"] == 2 and figures["level"] == "hf_datasets"
     assert figures["recipes"] == {recipe.config_function: "trained 5.000, 4.900" for recipe in RECIPES}
 
-    # A recipe the fork's torchtitan cannot train fails the check, named with why.
+    # A recipe the fork's torchtitan cannot train fails the check, named with why (the same probe's answer: its
+    # subprocess is not started a second time).
+    monkeypatch.setattr(titan_compat, "api_probe", lambda torchtitan: probed[0])
     monkeypatch.setattr(titan_compat, "train", lambda workdir, torchtitan, recipe, steps, scratch: (
         {"works": False, "why": "the trainer failed: KeyError: 'seq_len'"} if recipe.stage == "moe_reduced"
         else {"works": True, "why": "trained"}))
