@@ -332,8 +332,12 @@ def test_the_forks_torchtitan_trains_each_recipes_recorded_launch_with_the_clone
         relaunched.append((workdir, torchtitan.path, recipe.stage, steps))
         return {"works": True, "why": "trained 5.000, 4.900"}
 
+    def probe(torchtitan):
+        probed.append(real_probe(torchtitan))
+        return probed[-1]
+
     real_probe = titan_compat.api_probe
-    monkeypatch.setattr(titan_compat, "api_probe", lambda torchtitan: probed.append(real_probe(torchtitan)) or probed[0])
+    monkeypatch.setattr(titan_compat, "api_probe", probe)
     monkeypatch.setattr(titan_compat, "train", train)
     figures = fork_launches(fork, run, tmp_path / "scratch")
     assert relaunched == [(run, fork, recipe.stage, 2) for recipe in RECIPES]
