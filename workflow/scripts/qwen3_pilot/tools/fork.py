@@ -103,10 +103,8 @@ def fork_launches(clone: Path, cpu_run: Path, scratch: Path, steps: int = FORK_L
     torchtitan API and trainer, not its neuron recipes, kernels or compiler (those need a trn2: fail_fast there)."""
     from .titan_compat import Torchtitan, missing_launches, row
 
-    missing = missing_launches(cpu_run)
-    if missing:
-        raise ForkError(f"{cpu_run}: no recorded launch for {', '.join(missing)} (results/<stage>/run/launch.json): "
-                        "run the cpu pipeline here first (make report), then the preflight again")
+    if missing := missing_launches(cpu_run):
+        raise ForkError(f"{missing}, then the preflight again")
     result = row(cpu_run, Torchtitan("fork", clone), steps, scratch)
     failed = {name: cell["why"] for name, cell in result["recipes"].items() if not cell["works"]}
     if failed:

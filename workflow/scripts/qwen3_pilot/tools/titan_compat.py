@@ -118,17 +118,20 @@ def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dic
     return {"torchtitan": torchtitan.label, "version": probe["version"], "level": probe["level"], "recipes": cells}
 
 
-def missing_launches(workdir: Path) -> list[str]:
-    """The training stages whose recorded launch (results/<stage>/run/launch.json) the finished run in `workdir`
-    lacks: what a relaunch (train) needs."""
-    return [recipe.stage for recipe in RECIPES if not RunFolder(workdir).launch_record(recipe.stage, "run").is_file()]
+def missing_launches(workdir: Path) -> str | None:
+    """What the finished run in `workdir` lacks for a relaunch (train): the training stages without a recorded
+    launch (results/<stage>/run/launch.json), said with the command that makes them; None when it has every one."""
+    missing = [recipe.stage for recipe in RECIPES
+               if not RunFolder(workdir).launch_record(recipe.stage, "run").is_file()]
+    if not missing:
+        return None
+    return (f"{workdir}: no recorded launch for {', '.join(missing)} (results/<stage>/run/launch.json): run the cpu "
+            "pipeline here first (make report)")
 
 
 def matrix(workdir: Path, torchtitans: list[Torchtitan], steps: int) -> list[dict[str, Any]]:
-    missing = missing_launches(workdir)
-    if missing:
-        raise SystemExit(f"{workdir}: no recorded launch for {', '.join(missing)} (results/<stage>/run/launch.json): "
-                         "run the cpu pipeline here first (make report)")
+    if missing := missing_launches(workdir):
+        raise SystemExit(missing)
     with tempfile.TemporaryDirectory(prefix="titan-compat-") as scratch:
         return [row(workdir, unpacked(t, Path(scratch)), steps, Path(scratch)) for t in torchtitans]
 
