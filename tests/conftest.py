@@ -140,6 +140,13 @@ def run_snakemake(workspace: Path, *args: str, timeout: float = 1500,
     )
 
 
+def record_fail_fast_run(ws: Path, env: dict[str, str] | None = None) -> None:
+    """fail_fast recorded as run with the copy's config and code, without launching it (`--touch`): for a test about
+    a later stage, whose change would otherwise launch fail_fast's three recipes first."""
+    touched = run_snakemake(ws, "--cores", "1", "--touch", "results/fail_fast/summary.json", env=env)
+    assert touched.returncode == 0, output(touched)[-3000:]
+
+
 def planned_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
     """The 'Job stats' table of a dry run as {rule: count}; empty when there is nothing to do."""
     jobs: dict[str, int] = {}

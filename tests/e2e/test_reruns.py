@@ -19,6 +19,7 @@ from conftest import (
     edited_in_place,
     output,
     planned_job_blocks,
+    record_fail_fast_run,
     run_snakemake,
     started_ahead,
 )
@@ -60,12 +61,6 @@ def planned_job_labels(result) -> set[str]:
     """A dry run's jobs as rule[wildcard values], as docs/reruns.md names them."""
     return {rule + "".join(f"[{value}]" for value in wildcards.values())
             for rule, wildcards in planned_job_blocks(result)}
-
-
-def record_fail_fast_run(ws: Path, env: dict[str, str] | None = None) -> None:
-    """fail_fast recorded as run with the copy's config and code, without launching it (`--touch`)."""
-    touched = run_snakemake(ws, "--cores", "1", "--touch", "results/fail_fast/summary.json", env=env)
-    assert touched.returncode == 0, output(touched)[-3000:]
 
 
 def planned_past_fail_fast(ws: Path, env: dict[str, str] | None = None) -> tuple[set[str], str]:

@@ -18,6 +18,7 @@ from conftest import (
     metric_lines,
     output,
     rank_processes,
+    record_fail_fast_run,
     released_once_signalled,
     run_snakemake,
     started_ahead,
@@ -101,6 +102,7 @@ def test_a_tensor_of_the_wrong_shape_fails_the_stage_and_is_named(copy_of_run, _
 
     edit_safetensors(weights, shorten)
     as_fetched(copy_of_run, weights)
+    record_fail_fast_run(copy_of_run, AHEAD_ENV)  # run for real, it passed this change (its own tiny weights)
     result = rerun(copy_of_run, "train_native")
     assert result.returncode != 0
     assert "TrainingError: train_native (fetched weights)" in output(result)
@@ -118,9 +120,9 @@ def test_a_missing_tensor_fails_the_launch_and_is_named(trained_run, tmp_path):
 
 
 def test_weights_without_the_pretraining_fail_the_loaded_weights_gate(trained_run, tmp_path):
-    """The gate on real runs: the recorded launch again for 1 step on weights that load but carry no pretraining
-    (small random values, as an uninformed model's) is not min_gap below the recorded random-init control, so the
-    gate that passed the fetched weights fails it."""
+    """The gate on real runs: the recorded launch again for 1 step, on one rank, on weights that load but carry no
+    pretraining (small random values, as an uninformed model's) is not min_gap below the recorded random-init
+    control, so the gate that passed the fetched weights fails it."""
     import torch
 
     from qwen3_pilot.stages.train_judging import loaded_weights_gate
@@ -131,7 +133,7 @@ def test_weights_without_the_pretraining_fail_the_loaded_weights_gate(trained_ru
     generator = torch.Generator().manual_seed(0)
     edit_safetensors(checkpoint / "model.safetensors", lambda tensors: tensors.update(
         {key: torch.randn(value.shape, generator=generator).to(value.dtype) * 0.02 for key, value in tensors.items()}))
-    launch = relaunch(trained_run, "train_native", "run", tmp_path / "relaunch",
+    launch = relaunch(trained_run, "train_native", "run", tmp_path / "relaunch", ranks_per_node=1,
                       recipe_changes={"steps": 1, "warmup_steps": 1, "checkpoint": str(checkpoint)}, base_env=AHEAD_ENV)
     assert launch.returncode == 0, launch.output()[-3000:]
     [step] = read_steps(tmp_path / "relaunch" / "run" / "metrics.jsonl")
@@ -156,6 +158,7 @@ def test_a_native_model_with_another_rope_theta_fails_before_training(copy_of_ru
     # torchtitan's registered debug flavor keeps its own theta (1e6), as the 4B flavor does for Qwen3-4B-2507.
     overlay = copy_of_run / "config" / "test.yaml"
     overlay.write_text(overlay.read_text() + "training:\n  native_flavor: debugmodel\n")
+    record_fail_fast_run(copy_of_run, AHEAD_ENV)  # run for real, it passed this change (its own tiny weights)
     result = rerun(copy_of_run, "train_native")
     assert result.returncode != 0
     text = output(result)
