@@ -36,7 +36,8 @@ from qwen3_pilot.neuron_stack import (
     stack_record,
 )
 from qwen3_pilot.pins import read_pins
-from qwen3_pilot.tools.preflight import PUBLISHED_COMPONENTS, PreflightError, install_plan
+from qwen3_pilot.tools.preflight import PUBLISHED_COMPONENTS, PreflightError
+from qwen3_pilot.tools.preflight.run import install_plan
 
 STACK = read_release("2.33.0")
 NEXT = read_release("2.34.0")

@@ -374,7 +374,8 @@ def test_without_torch_neuronx_the_neuron_processes_stop_naming_it(monkeypatch):
 def printed_launches(monkeypatch, tmp_path, **environ):
     """The preflight's launch plan of config/trn2.yaml with `environ` in the launching environment (None
     unsets a variable): what `make preflight` prints for every neuron stage."""
-    from qwen3_pilot.tools.preflight import launch_plan, load_config
+    from qwen3_pilot.tools.preflight.launches import launch_plan
+    from qwen3_pilot.tools.preflight.run import load_config
 
     for key in ("NEURON_RT_VISIBLE_CORES", "NEURON_CC_FLAGS"):
         monkeypatch.delenv(key, raising=False)

@@ -14,7 +14,8 @@ import yaml
 from conftest import PROJECT, fake_fork, pre_refactor_torchtitan
 
 from qwen3_pilot.titan import titan_api
-from qwen3_pilot.tools.preflight import DEFAULT_MODEL_CONFIGS, preflight
+from qwen3_pilot.tools.preflight import DEFAULT_MODEL_CONFIGS
+from qwen3_pilot.tools.preflight.run import preflight
 
 TRN2 = PROJECT / "config" / "trn2.yaml"
 # Every preflight here checks the same 64-rank FSDP plan: computed once (conftest.plan_once).
@@ -30,12 +31,12 @@ def run(tmp_path, overlay: dict | None = None):
 
 
 def test_the_trn2_config_passes_with_36_rope_replacements_and_the_parity_table(tmp_path, capsys, monkeypatch):
-    from qwen3_pilot.tools import preflight as preflight_module
-    from qwen3_pilot.tools.preflight import print_summary
+    from qwen3_pilot.tools.preflight import run as preflight_run
+    from qwen3_pilot.tools.preflight.run import print_summary
 
     # The fork's launches stand in here (a finished cpu run is an end-to-end run's: fork_launches' own tests below).
     launched = []
-    monkeypatch.setattr(preflight_module, "fork_launches", lambda clone, cpu_run, scratch: launched.append(
+    monkeypatch.setattr(preflight_run, "fork_launches", lambda clone, cpu_run, scratch: launched.append(
         (clone, cpu_run)) or {"torchtitan": "torchtitan 0.3.0", "level": "hf_datasets", "steps": 2,
                               "recipes": {"qwen3_native": "trained 5.771, 5.747"}})
 
@@ -172,7 +173,8 @@ def test_a_torchtitan_missing_a_field_the_recipes_use_fails(tmp_path, monkeypatc
 
 def test_a_two_node_trn2_config_prints_srun_torchrun_launches_with_the_efa_settings(tmp_path, monkeypatch):
     from qwen3_pilot.backends import FIRST_NODE_OF_ALLOCATION, make_backend
-    from qwen3_pilot.tools.preflight import launch_plan, load_config
+    from qwen3_pilot.tools.preflight.launches import launch_plan
+    from qwen3_pilot.tools.preflight.run import load_config
 
     for key in ("SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA",
                 "FI_EFA_FORK_SAFE"):
@@ -215,7 +217,7 @@ def test_under_a_refused_torchtitan_the_checks_that_need_one_say_not_run_without
 
 def test_the_fsdp_plan_uses_plan_world_size_not_the_ranks_of_this_run(tmp_path, monkeypatch):
     from qwen3_pilot import rank_plan
-    from qwen3_pilot.tools.preflight import fsdp_plan, load_config
+    from qwen3_pilot.tools.preflight.run import fsdp_plan, load_config
 
     asked = []
     monkeypatch.setattr(rank_plan, "run_plan_subprocess", lambda **kwargs: asked.append(kwargs) or {"fits": True})
@@ -265,8 +267,8 @@ def installed_torchtitan_link(folder):
 
 
 def test_a_fork_clone_is_checked_for_its_base_on_upstream_and_its_own_torchtitans_api(tmp_path, capsys):
-    from qwen3_pilot.tools.fork import fork_base, fork_check
-    from qwen3_pilot.tools.preflight import print_summary
+    from qwen3_pilot.tools.preflight.fork import fork_base, fork_check
+    from qwen3_pilot.tools.preflight.run import print_summary
 
     upstream, fork, base = rehearsal_fork(tmp_path, installed_torchtitan_link)
     (tmp_path / "work").mkdir()
@@ -289,7 +291,7 @@ def test_a_fork_clone_is_checked_for_its_base_on_upstream_and_its_own_torchtitan
 
 
 def test_a_fork_on_a_torchtitan_from_before_the_config_refactor_fails_the_check_naming_it(tmp_path):
-    from qwen3_pilot.tools.fork import ForkError, fork_check
+    from qwen3_pilot.tools.preflight.fork import ForkError, fork_check
 
     upstream, fork, _ = rehearsal_fork(tmp_path, pre_refactor_torchtitan)
     (tmp_path / "work").mkdir()
@@ -317,7 +319,7 @@ def test_the_forks_torchtitan_trains_each_recipes_recorded_launch_with_the_clone
     in here); its API probe runs for real, in the clone's torchtitan."""
     from qwen3_pilot.recipe_registry import RECIPES
     from qwen3_pilot.tools import titan_compat
-    from qwen3_pilot.tools.fork import ForkError, fork_launches
+    from qwen3_pilot.tools.preflight.fork import ForkError, fork_launches
 
     _, fork, _ = rehearsal_fork(tmp_path / "repos", installed_torchtitan_link)
     with pytest.raises(ForkError, match=rf"^{tmp_path / 'empty'}: no recorded launch for train_native, train_hf, "
@@ -373,15 +375,15 @@ def qwen3_8b_tp4_fsdp16_sac():
 
 def test_on_neuron_the_recipes_keep_the_forks_parallelize_function_and_spmd_backend(tmp_path, monkeypatch):
     from qwen3_pilot.backends import make_backend
-    from qwen3_pilot.tools.preflight import (
+    from qwen3_pilot.tools.preflight.recipe_checks import (
         MOE_MODEL,
         checkpoint_stand_in,
-        load_config,
         moe_check,
         native_check,
         published_config,
         stage_recipes,
     )
+    from qwen3_pilot.tools.preflight.run import load_config
 
     fake_fork(monkeypatch, FORK_RECIPE)
     config = load_config([TRN2])

@@ -67,7 +67,7 @@ def fork_check(fork: str, ref: str, upstream: str, work: Path) -> dict[str, Any]
     import shutil
     import subprocess
 
-    from ..paths import SCRIPTS
+    from ...paths import SCRIPTS
 
     clone = work / "fork"
     shutil.rmtree(clone, ignore_errors=True)  # an earlier preflight's clone
@@ -101,7 +101,7 @@ def fork_launches(clone: Path, cpu_run: Path, scratch: Path, steps: int = FORK_L
     fork's clone first on the ranks' import path (titan_compat.row: its API probe, then the relaunch): whether the
     fork's own torchtitan trains every recipe, here, on gloo ranks at the run's tiny widths. It proves the fork's
     torchtitan API and trainer, not its neuron recipes, kernels or compiler (those need a trn2: fail_fast there)."""
-    from .titan_compat import Torchtitan, missing_launches, row
+    from ..titan_compat import Torchtitan, missing_launches, row
 
     if missing := missing_launches(cpu_run):
         raise ForkError(f"{missing}, then the preflight again")
