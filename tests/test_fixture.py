@@ -1,7 +1,7 @@
 """The CPU stand-in for the published Qwen3 checkpoint: tokenizer, model, pretraining, hub cache.
 
 One tiny build (about 10 s on 2 cores) is shared by most tests; the figures for the pipeline's
-defaults are in qwen3_pilot/fixture.py.
+defaults are in qwen3_pilot/stages/fixture_checkpoint/build.py.
 """
 
 import hashlib
@@ -20,8 +20,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from conftest import CORPUS
 
-from qwen3_pilot import fixture as fx
 from qwen3_pilot.paths import SCRIPTS
+from qwen3_pilot.stages.fixture_checkpoint import build as fixture_build
+from qwen3_pilot.stages.fixture_checkpoint import hub_cache as fixture_hub_cache
+from qwen3_pilot.stages.fixture_checkpoint import tokenizer as fixture_tokenizer
 
 REPO_ID = "Qwen/Qwen3-4B-Instruct-2507"
 # head_dim 32 with 4 heads is 128 wide, twice hidden_size: a reader that derives head_dim from
@@ -66,7 +68,7 @@ def corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def built(corpus, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("build") / "fixture"
-    summary = fx.build_fixture(corpus, out_dir, repo_id=REPO_ID, revision="main", **TINY)
+    summary = fixture_build.build_fixture(corpus, out_dir, repo_id=REPO_ID, revision="main", **TINY)
     return out_dir, summary
 
 
@@ -75,7 +77,8 @@ def _storage(cache_dir: Path) -> Path:
 
 
 def test_import_does_not_load_heavy_packages():
-    code = "import sys, qwen3_pilot.fixture; print(sorted({'torch', 'transformers', 'tokenizers'} & set(sys.modules)))"
+    code = ("import sys, qwen3_pilot.stages.fixture_checkpoint; "
+            "print(sorted({'torch', 'transformers', 'tokenizers'} & set(sys.modules)))")
     env = dict(os.environ, PYTHONPATH=str(SCRIPTS))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -84,11 +87,11 @@ def test_import_does_not_load_heavy_packages():
 def test_read_corpus_texts_skips_empty_documents_and_stops_at_the_limit(tmp_path):
     path = tmp_path / "c.jsonl"
     path.write_text("\n".join(json.dumps({"text": t}) for t in ["aaaa", "", "  ", "bbbb", "cccc"]) + "\n\n")
-    assert fx.read_corpus_texts(path, None) == ["aaaa", "bbbb", "cccc"]
-    assert fx.read_corpus_texts(path, 5) == ["aaaa", "bbbb"]
+    assert fixture_tokenizer.read_corpus_texts(path, None) == ["aaaa", "bbbb", "cccc"]
+    assert fixture_tokenizer.read_corpus_texts(path, 5) == ["aaaa", "bbbb"]
     path.write_text(json.dumps({"text": ""}) + "\n")
     with pytest.raises(ValueError, match="no documents"):
-        fx.read_corpus_texts(path, None)
+        fixture_tokenizer.read_corpus_texts(path, None)
 
 
 def test_tokenizer_round_trips_and_loads_in_transformers_and_torchtitan(corpus, tmp_path):
@@ -96,24 +99,24 @@ def test_tokenizer_round_trips_and_loads_in_transformers_and_torchtitan(corpus, 
     from torchtitan.experiments.transformers_modeling_backend.tokenizer import HFBackendTokenizer
     from transformers import AutoTokenizer
 
-    texts = fx.read_corpus_texts(corpus, 100_000)
-    tok = fx.train_tokenizer(texts, 512)
-    assert tok.to_str() == fx.train_tokenizer(texts, 512).to_str(), "training is not deterministic"
+    texts = fixture_tokenizer.read_corpus_texts(corpus, 100_000)
+    tok = fixture_tokenizer.train_tokenizer(texts, 512)
+    assert tok.to_str() == fixture_tokenizer.train_tokenizer(texts, 512).to_str(), "training is not deterministic"
     assert tok.get_vocab_size() == 512
     # Like Qwen: the special tokens follow the BPE vocabulary.
-    assert [tok.token_to_id(t) for t in fx.SPECIAL_TOKENS] == [509, 510, 511]
+    assert [tok.token_to_id(t) for t in fixture_tokenizer.SPECIAL_TOKENS] == [509, 510, 511]
     for s in SAMPLES:
         assert tok.decode(tok.encode(s).ids) == s
-    assert tok.encode(fx.IM_END).ids == [511]
+    assert tok.encode(fixture_tokenizer.IM_END).ids == [511]
 
-    fx.save_tokenizer(tok, tmp_path)
+    fixture_tokenizer.save_tokenizer(tok, tmp_path)
     hf = AutoTokenizer.from_pretrained(tmp_path)
     titan = HuggingFaceTokenizer(tokenizer_path=str(tmp_path))
     backend = HFBackendTokenizer(tokenizer_path=str(tmp_path))
-    assert (hf.eos_token, hf.pad_token, hf.bos_token) == (fx.IM_END, fx.ENDOFTEXT, None)
+    assert (hf.eos_token, hf.pad_token, hf.bos_token) == (fixture_tokenizer.IM_END, fixture_tokenizer.ENDOFTEXT, None)
     assert (titan.eos_id, titan.bos_id, backend.eos_id) == (511, None, 511)
     assert len(hf) == titan.vocab_size == 512
-    for s in SAMPLES + [f"{fx.IM_START}user\nhi{fx.IM_END}"]:
+    for s in SAMPLES + [f"{fixture_tokenizer.IM_START}user\nhi{fixture_tokenizer.IM_END}"]:
         ids = tok.encode(s).ids
         assert hf(s)["input_ids"] == ids
         assert hf.decode(ids) == s
@@ -126,16 +129,16 @@ def test_tokenizer_round_trips_and_loads_in_transformers_and_torchtitan(corpus, 
 
 
 def test_fixture_hf_config_keeps_the_qwen3_features():
-    config = fx.fixture_hf_config(**TINY_MODEL)
+    config = fixture_build.fixture_hf_config(**TINY_MODEL)
     assert config.model_type == "qwen3"
     assert config.head_dim == 32 != config.hidden_size // config.num_attention_heads
     assert config.num_key_value_heads < config.num_attention_heads
     assert config.tie_word_embeddings is True
     assert config.rope_parameters["rope_theta"] == 5_000_000.0
     with pytest.raises(ValueError, match="head_dim"):
-        fx.fixture_hf_config(**{**TINY_MODEL, "head_dim": 16})
+        fixture_build.fixture_hf_config(**{**TINY_MODEL, "head_dim": 16})
     with pytest.raises(ValueError, match="GQA"):
-        fx.fixture_hf_config(**{**TINY_MODEL, "num_key_value_heads": 4})
+        fixture_build.fixture_hf_config(**{**TINY_MODEL, "num_key_value_heads": 4})
 
 
 def test_build_summary_reports_a_trained_fixture(built):
@@ -193,8 +196,8 @@ def test_published_model_reloads_from_safetensors_with_the_trained_weights(built
 
     # The held-out batch that pretrain scored: the tail of the corpus stream, documents ended by eos.
     tok = Tokenizer.from_file(str(published / "tokenizer.json"))
-    eos = tok.token_to_id(fx.IM_END)
-    texts = fx.read_corpus_texts(corpus, TINY["limit_chars"])
+    eos = tok.token_to_id(fixture_tokenizer.IM_END)
+    texts = fixture_tokenizer.read_corpus_texts(corpus, TINY["limit_chars"])
     stream = [i for enc in tok.encode_batch(texts) for i in (*enc.ids, eos)]
     held = TINY["batch_size"] * TINY["seq_len"]
     batch = torch.tensor(stream[-held:]).view(TINY["batch_size"], TINY["seq_len"])
@@ -234,7 +237,7 @@ def test_snapshot_with_a_missing_file_is_reported_incomplete(built, tmp_path):
     from huggingface_hub.errors import IncompleteSnapshotError
 
     out_dir, _ = built
-    commit = fx.publish_to_hub_cache(out_dir / "published", tmp_path, REPO_ID)
+    commit = fixture_hub_cache.publish_to_hub_cache(out_dir / "published", tmp_path, REPO_ID)
     (_storage(tmp_path) / "snapshots" / commit / "model.safetensors").unlink()
     with pytest.raises(IncompleteSnapshotError):
         snapshot_download(REPO_ID, cache_dir=tmp_path, local_files_only=True)
@@ -245,15 +248,16 @@ def test_publish_commit_is_stable_and_follows_content(built, tmp_path):
 
     out_dir, summary = built
     published = out_dir / "published"
-    first = fx.publish_to_hub_cache(published, tmp_path / "a", REPO_ID)
-    assert first == fx.publish_to_hub_cache(published, tmp_path / "b", REPO_ID) == summary["commit"]
-    assert fx.publish_to_hub_cache(published, tmp_path / "a", REPO_ID) == first  # republishing is a no-op
+    first = fixture_hub_cache.publish_to_hub_cache(published, tmp_path / "a", REPO_ID)
+    assert first == fixture_hub_cache.publish_to_hub_cache(published, tmp_path / "b", REPO_ID) == summary["commit"]
+    # Republishing is a no-op.
+    assert fixture_hub_cache.publish_to_hub_cache(published, tmp_path / "a", REPO_ID) == first
 
     changed = tmp_path / "changed"
     shutil.copytree(published, changed)
     with open(changed / "README.md", "a") as f:
         f.write("one more line\n")
-    second = fx.publish_to_hub_cache(changed, tmp_path / "a", REPO_ID)
+    second = fixture_hub_cache.publish_to_hub_cache(changed, tmp_path / "a", REPO_ID)
     assert second != first
     assert (_storage(tmp_path / "a") / "refs" / "main").read_text() == second
     for commit, src in [(first, published), (second, changed)]:
@@ -266,7 +270,7 @@ def test_rebuild_is_byte_identical_and_replaces_a_stale_out_dir(corpus, built, t
     again = tmp_path / "fixture"
     again.mkdir()
     (again / "stale.txt").write_text("from an older build")
-    second = fx.build_fixture(corpus, again, repo_id=REPO_ID, revision="main", **TINY)
+    second = fixture_build.build_fixture(corpus, again, repo_id=REPO_ID, revision="main", **TINY)
     assert second["commit"] == summary["commit"]
     assert (again / "published" / "model.safetensors").read_bytes() == (
         out_dir / "published" / "model.safetensors"
@@ -279,7 +283,8 @@ def test_failed_build_leaves_no_out_dir(corpus, tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(fx, "publish_to_hub_cache", fail)
+    monkeypatch.setattr(fixture_build, "publish_to_hub_cache", fail)  # as build_fixture calls it
     with pytest.raises(RuntimeError, match="disk full"):
-        fx.build_fixture(corpus, tmp_path / "fixture", repo_id=REPO_ID, revision="main", **{**TINY, "steps": 2})
+        fixture_build.build_fixture(corpus, tmp_path / "fixture", repo_id=REPO_ID, revision="main",
+                                    **{**TINY, "steps": 2})
     assert list(tmp_path.iterdir()) == []

@@ -1,16 +1,21 @@
-"""Stage fixture_checkpoint (cpu backend): the tiny Qwen3 checkpoint, published as an offline hub cache."""
+"""Stage fixture_checkpoint (cpu backend): the tiny Qwen3 checkpoint, published as an offline hub cache.
+
+- build.py: the model's config, its pretraining, and the build of the whole fixture;
+- tokenizer.py: its tokenizer, trained on the corpus and saved as Qwen's are;
+- hub_cache.py: the files laid out as huggingface_hub's cache.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..fixture import FIXTURE_NOTE, build_fixture
+from .build import FIXTURE_NOTE, build_fixture
 
 
 def run(
     *, corpus_dir: Path, fixture: dict, repo_id: str, revision: str, backend: str, out_dir: Path, summary_path: Path
 ) -> dict:
-    from ..summary import StageSummary
+    from ...summary import StageSummary
 
     built = build_fixture(corpus_dir / "data.json", out_dir, repo_id=repo_id, revision=revision, **fixture)
     figures = {k: v for k, v in built.items() if k not in ("losses", "note")}
