@@ -14,6 +14,7 @@ from conftest import AHEAD_ENV, output, run_snakemake, set_archive, started_ahea
 
 from qwen3_pilot import archive
 from qwen3_pilot.archive import MANIFEST, ArchiveError
+from qwen3_pilot.archive import settings as archive_settings
 from qwen3_pilot.artifacts import describe_artifact, sha256_file
 
 BUCKET = "pilot-archive"
@@ -108,8 +109,8 @@ def local_settings(destination: Path) -> dict:
 
 def test_no_destination_fails_naming_the_key():
     with pytest.raises(ValueError, match=r"archive\.destination = null: `snakemake archive` needs a destination"):
-        archive.report_inputs({"destination": None, "endpoint_url": None, "verify_tls": True})
-    assert archive.report_inputs(local_settings(Path("/tmp/x"))) == {
+        archive_settings.report_inputs({"destination": None, "endpoint_url": None, "verify_tls": True})
+    assert archive_settings.report_inputs(local_settings(Path("/tmp/x"))) == {
         "html": "results/report.html", "json": "results/report.json"}
 
 
@@ -123,35 +124,37 @@ def test_no_destination_fails_naming_the_key():
     ({"destination": f"s3://{BUCKET}", "endpoint_url": "ftp://host"}, "an http(s):// URL"),
 ])
 def test_settings_problems_name_the_key_and_never_echo_credentials(settings, message):
-    problems = archive.settings_problems(settings)
+    problems = archive_settings.settings_problems(settings)
     assert problems and message in problems[0] and problems[0].startswith("archive.")
     assert SECRET_KEY not in " ".join(problems)
 
 
 def test_tls_state_is_verified_unless_config_turns_it_off():
     s3 = {"destination": f"s3://{BUCKET}", "endpoint_url": None, "verify_tls": True}
-    assert archive.tls_state(s3) == "verified" and archive.tls_warnings(s3) == []
+    assert archive_settings.tls_state(s3) == "verified" and archive_settings.tls_warnings(s3) == []
     off = {**s3, "verify_tls": False}
-    assert archive.tls_state(off) == "OFF" and archive.tls_warnings(off) == [archive.TLS_OFF_WARNING]
+    assert archive_settings.tls_state(off) == "OFF"
+    assert archive_settings.tls_warnings(off) == [archive_settings.TLS_OFF_WARNING]
     plain = {**s3, "endpoint_url": "http://127.0.0.1:9000"}
-    assert archive.tls_state(plain) == "none (plain http)"
-    assert archive.tls_warnings(plain) == [archive.PLAIN_HTTP_WARNING]
-    assert archive.tls_state({**plain, "verify_tls": False}) == "OFF"  # what config asked for comes first
-    assert archive.tls_state(local_settings(Path("/tmp"))) == "n/a (local folder)"
+    assert archive_settings.tls_state(plain) == "none (plain http)"
+    assert archive_settings.tls_warnings(plain) == [archive_settings.PLAIN_HTTP_WARNING]
+    assert archive_settings.tls_state({**plain, "verify_tls": False}) == "OFF"  # what config asked for comes first
+    assert archive_settings.tls_state(local_settings(Path("/tmp"))) == "n/a (local folder)"
 
 
 def test_the_report_config_leaves_the_archive_settings_out():
     config = {"backend": "cpu", "archive": {"destination": "/tmp/a"}}
-    assert archive.pilot_config(config) == {"backend": "cpu"}
+    assert archive_settings.pilot_config(config) == {"backend": "cpu"}
 
 
 def test_archive_failed_alone_tells_the_archive_failure_from_a_pilot_failure(tmp_path):
     results = tmp_path / "results"
     for stage, ended in (("archive", "2026-12-03T15:00:00+00:00"), ("train_hf", "2026-12-03T13:00:00+00:00")):
         write(results / "failures" / f"{stage}.json", json.dumps({"stage": stage, "ended": ended}))
-    assert archive.archive_failed_alone(results, "2026-12-03T14:00:00+00:00")  # train_hf failed in an earlier run
-    assert not archive.archive_failed_alone(results, "2026-12-03T12:00:00+00:00")  # both in this one
-    assert not archive.archive_failed_alone(results, "2026-12-03T16:00:00+00:00")  # none in this one
+    # train_hf failed in an earlier run
+    assert archive_settings.archive_failed_alone(results, "2026-12-03T14:00:00+00:00")
+    assert not archive_settings.archive_failed_alone(results, "2026-12-03T12:00:00+00:00")  # both in this one
+    assert not archive_settings.archive_failed_alone(results, "2026-12-03T16:00:00+00:00")  # none in this one
 
 
 # --- what is archived, and custody ------------------------------------------------------------------------
@@ -413,7 +416,7 @@ def test_s3_archive_reads_back_through_the_plugin_and_names_a_corrupted_object(r
     assert keys == {prefix + path for path in KEPT} | {prefix + MANIFEST}
     remote = bucket.get_object(Bucket=BUCKET, Key=prefix + MANIFEST)["Body"].read()
     assert remote == (tmp_path / "local" / MANIFEST).read_bytes()
-    assert manifest["tls"] == "none (plain http)" and archive.PLAIN_HTTP_WARNING in manifest["warnings"]
+    assert manifest["tls"] == "none (plain http)" and archive_settings.PLAIN_HTTP_WARNING in manifest["warnings"]
 
     bucket.put_object(Bucket=BUCKET, Key=prefix + "results/train_hf/run/metrics.jsonl", Body=b"not the metrics\n")
     bucket.delete_object(Bucket=BUCKET, Key=prefix + "signoffs/signoffs.jsonl")
@@ -485,11 +488,11 @@ def test_tls_off_is_said_loudly_and_no_credential_is_written_anywhere(run_dir, t
         summary = run_read_back(copy_record=results / "copied.json", manifest_path=results / MANIFEST,
                                 summary_path=results / "summary.json")
     logging.getLogger().handlers.clear()  # StageRun's handler writes to the closed log file
-    assert summary["notes"][0] == archive.TLS_OFF_WARNING and summary["figures"]["tls"] == "OFF"
+    assert summary["notes"][0] == archive_settings.TLS_OFF_WARNING and summary["figures"]["tls"] == "OFF"
     manifest = json.loads((results / MANIFEST).read_text())
-    assert archive.TLS_OFF_WARNING in manifest["warnings"] and manifest["tls"] == "OFF"
+    assert archive_settings.TLS_OFF_WARNING in manifest["warnings"] and manifest["tls"] == "OFF"
     for log in logs:
-        assert archive.TLS_OFF_WARNING in log.read_text()
+        assert archive_settings.TLS_OFF_WARNING in log.read_text()
     record = json.loads((results / "copied.json").read_text())
     remote = bucket.get_object(Bucket=BUCKET, Key=f"pilot/{record['run_key']}/{MANIFEST}")["Body"].read().decode()
     written = [p.read_text() for p in [*logs, results / "copied.json", results / MANIFEST, results / "summary.json"]]
@@ -575,7 +578,7 @@ def archive_to_s3_and_corrupt_an_object(copy_of_run: Path, endpoint: str, bucket
     manifest = json.loads(bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read())
     assert manifest["files"] and all(f["sha256_source"] == f["sha256_read_back"] for f in manifest["files"])
     summary = json.loads((copy_of_run / "results" / "archive" / "summary.json").read_text())
-    assert summary["figures"]["tls"] == "none (plain http)" and archive.PLAIN_HTTP_WARNING in summary["notes"]
+    assert summary["figures"]["tls"] == "none (plain http)" and archive_settings.PLAIN_HTTP_WARNING in summary["notes"]
 
     corrupted = "results/report.json"
     bucket.put_object(Bucket=BUCKET, Key=f"pilot/{record['run_key']}/{corrupted}", Body=b"{}")

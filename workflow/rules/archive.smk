@@ -1,7 +1,7 @@
 # Target `archive`, not part of `all`: what the pilot produced copied to archive.destination (a local folder or
 # s3://bucket/prefix through Snakemake's S3 storage plugin), read back from there and compared with the
 # source. `snakemake --cores 1 archive`; `--forcerun archive` reads the destination back again.
-from qwen3_pilot.archive import report_inputs
+from qwen3_pilot.archive.settings import report_inputs
 
 
 # Step 1: every artifact report.json lists checked against the sha256 its stage recorded, then the run's

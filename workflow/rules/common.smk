@@ -10,7 +10,7 @@ PROJECT_DIR = Path(workflow.basedir).parent
 # The stage logic is a package beside the scripts; `make` installs it, this covers a bare checkout.
 sys.path.insert(0, str(PROJECT_DIR / "workflow" / "scripts"))
 
-from qwen3_pilot.archive import pilot_config
+from qwen3_pilot.archive.settings import pilot_config
 from qwen3_pilot.artifacts import now_iso
 from qwen3_pilot.backends import BACKEND_CONFIG_KEYS
 from qwen3_pilot.parse_time.config import (
@@ -413,7 +413,7 @@ def write_failed_report():
     """After a failed run (onerror): results/report.{html,json} from what is on disk, with the failed
     stages, what they measured and the stages they blocked; the run still exits non-zero.
     """
-    from qwen3_pilot.archive import archive_failed_alone
+    from qwen3_pilot.archive.settings import archive_failed_alone
     from qwen3_pilot.pilot_report import build_failed_report
 
     # `snakemake archive` failed after the pilot finished: its report stays the one that was archived.

@@ -21,7 +21,7 @@ rule report:
         SOFTWARE_ENV
     params:
         code=get_code("report.py"),
-        # Not `archive`: where a finished run is copied is not part of it (qwen3_pilot.archive.pilot_config).
+        # Not `archive`: where a finished run is copied is not part of it (qwen3_pilot.archive.settings.pilot_config).
         config=pilot_config(config),
         config_digest=config_digest(pilot_config(config)),
         backend=BACKEND,
