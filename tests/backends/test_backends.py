@@ -22,7 +22,8 @@ from qwen3_pilot.backends import (
     multi_node_launch,
     rank_log_files,
 )
-from qwen3_pilot.backends.neuron import ToolOutput, launcher_env, read_system_versions, unavailable_reason
+from qwen3_pilot.backends.neuron import launcher_env, unavailable_reason
+from qwen3_pilot.backends.neuron.machine import ToolOutput, read_system_versions
 
 NEURON = {"chips": 16, "cores_per_chip": 8, "lnc": 2, "hbm_per_chip_gib": 96}
 

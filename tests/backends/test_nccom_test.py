@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from qwen3_pilot.backends.nccom_test import GIB, MIB, command, rows_from_report, run_nccom_test, size_runs
+from qwen3_pilot.backends.neuron.nccom_test import GIB, MIB, command, rows_from_report, run_nccom_test, size_runs
 from qwen3_pilot.paths import WORKFLOW
 from qwen3_pilot.ranks import BUS_FACTORS
 

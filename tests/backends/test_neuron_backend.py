@@ -16,13 +16,12 @@ import yaml
 from conftest import PROJECT, backend_config, default_config
 
 from qwen3_pilot.backends import make_backend
-from qwen3_pilot.backends.neuron import (
-    COMPILE_CACHE_DIRS,
+from qwen3_pilot.backends.neuron.in_process import COMPILE_CACHE_DIRS, prepare_torchtitan
+from qwen3_pilot.backends.neuron.machine import (
     NEURON_SYSTEM_PACKAGES,
     ToolOutput,
     compiler_version,
     neuron_topology,
-    prepare_torchtitan,
     read_system_versions,
     read_topology,
 )
@@ -304,7 +303,7 @@ def fake_device_module(monkeypatch):
 def test_the_memory_monitor_reads_the_peaks_after_a_synchronize(fake_device_module):
     import torchtitan.components.metrics as tt_metrics
 
-    from qwen3_pilot.backends.neuron import SynchronizedMemoryMonitor
+    from qwen3_pilot.backends.neuron.in_process import SynchronizedMemoryMonitor
 
     # torchtitan's own monitor on a cpu device object: torch.device("neuron") only parses with torch_neuronx.
     monitor = SynchronizedMemoryMonitor(tt_metrics.DeviceMemoryMonitor("cpu"), fake_device_module,
@@ -329,7 +328,7 @@ def test_a_memory_stat_the_device_does_not_give_is_an_error_naming_it_not_a_figu
     """torchtitan's own monitor reads a missing key as -1 byte, i.e. a peak of -0.00 GiB."""
     import torchtitan.components.metrics as tt_metrics
 
-    from qwen3_pilot.backends.neuron import SynchronizedMemoryMonitor
+    from qwen3_pilot.backends.neuron.in_process import SynchronizedMemoryMonitor
 
     del fake_device_module.ANSWERS["memory_stats"][missing]
     monitor = SynchronizedMemoryMonitor(tt_metrics.DeviceMemoryMonitor("cpu"), fake_device_module,
@@ -476,7 +475,7 @@ def test_the_system_record_reads_every_os_package_of_each_release(release):
 
 
 def test_the_os_packages_are_read_one_query_each_and_a_missing_one_is_not_found():
-    from qwen3_pilot.backends.neuron import ToolOutput, read_os_packages
+    from qwen3_pilot.backends.neuron.machine import ToolOutput, read_os_packages
 
     seen = []
 
@@ -498,7 +497,7 @@ def test_the_conda_env_installs_exactly_the_neuron_pins():
 
 
 def test_the_nki_library_is_recorded_with_the_distribution_that_provides_it():
-    from qwen3_pilot.backends.neuron import NOT_FOUND, module_distribution
+    from qwen3_pilot.backends.neuron.machine import NOT_FOUND, module_distribution
 
     assert module_distribution("nkilib", lambda: {}) == NOT_FOUND
     assert module_distribution("yaml", lambda: {"yaml": ["PyYAML"]}).startswith("PyYAML 6.")

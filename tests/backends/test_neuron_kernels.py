@@ -141,7 +141,7 @@ INSTALL = """
 import json, torch, torch_neuronx
 from nkilib.core.embeddings.rope_hf import LAUNCHES
 from qwen3_pilot.titan.kernels import rope  # defines the plain op, with its cpu implementation only
-from qwen3_pilot.backends.neuron import install_kernels
+from qwen3_pilot.backends.neuron.in_process import install_kernels
 before = hasattr(torch.ops.qwen3_pilot, "rope_hf_nki")
 implementations = install_kernels(2)
 module = rope.HFLayoutRoPE(rope.HFLayoutRoPE.Config(dim=16, max_seq_len=512, lnc=2))

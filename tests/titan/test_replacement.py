@@ -155,7 +155,7 @@ def test_the_log_check_names_layers_outside_the_rule_and_unconfigured_kernels():
 
 
 def test_the_log_line_keeps_an_implementation_with_brackets_whole():
-    from qwen3_pilot.backends.neuron import NEURON_EXPERTS_IMPLEMENTATION
+    from qwen3_pilot.backends.neuron.in_process import NEURON_EXPERTS_IMPLEMENTATION
 
     nki = ("NKI: nkilib.core.embeddings.rope_hf.rope_hf[2] on 2 logical core(s) per rank, registered with "
            "torch_neuronx.nki_op")

@@ -104,7 +104,7 @@ def get_os_installed(wildcards):
     """The OS package's version on the host that parses (one instance: the instance; under SLURM the login
     node, where it is usually absent: the stamp job on an instance is what checks it).
     """
-    from qwen3_pilot.backends.neuron import read_os_packages
+    from qwen3_pilot.backends.neuron.machine import read_os_packages
 
     return read_os_packages([wildcards.package])[wildcards.package]
 

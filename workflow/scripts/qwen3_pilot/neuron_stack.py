@@ -547,7 +547,7 @@ def os_release_note(stack: NeuronStack, record: dict[str, Any], stacks: list[Neu
 def installed_record(stack: NeuronStack, project: Path = PROJECT) -> dict[str, Any]:
     """stack_record for this interpreter and this machine (OS packages read as the neuron backend reads them),
     with the release the instance's OS packages belong to where it is not this one."""
-    from .backends.neuron import read_system_versions
+    from .backends.neuron.machine import read_system_versions
 
     # Not pins.installed_version: pins imports `packaging`, and this runs as the install's last step, in a venv
     # whose packages are whatever the install put there.

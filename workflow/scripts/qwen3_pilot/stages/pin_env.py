@@ -47,7 +47,7 @@ def run_os_package(package: str, pinned: str, out: Path, project: Path | None = 
     instance has (dpkg-query or rpm); a mismatch writes nothing and names the releases that ship the installed
     version, with the one-line fix."""
     from ..artifacts import write_recorded_json
-    from ..backends.neuron import read_os_packages
+    from ..backends.neuron.machine import read_os_packages
     from ..neuron_stack import UNRECORDED, read_releases, release_admits, releases_carrying, switch_fix
     from ..paths import PROJECT
 

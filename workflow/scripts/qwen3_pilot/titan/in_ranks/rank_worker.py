@@ -20,7 +20,7 @@ def device_for(device_type: str, local_rank: int):
     """The rank's torch device. On neuron torch_neuronx is imported first: it registers the `neuron`
     device type, and torch.device("neuron", n) raises before that."""
     if device_type == "neuron":
-        from ...backends.neuron import import_torch_neuronx
+        from ...backends.neuron.in_process import import_torch_neuronx
 
         import_torch_neuronx()
     import torch
