@@ -115,10 +115,11 @@ def test_a_rule_its_script_and_its_stage_module_share_its_name():
 
 
 def test_no_two_files_share_a_base_name_but_a_thin_script_and_its_stage_module():
-    """Each name says one thing: a library module is named for what it holds, not for the stage that uses it."""
+    """Each name says one thing: a library module is named for what it holds, not for the stage that uses it.
+    (A package's __init__.py and __main__.py are Python's names for its body and its command line.)"""
     names: dict[str, list[str]] = {}
     for path in SCRIPTS.rglob("*.py"):
-        if path.name != "__init__.py" and "__pycache__" not in path.parts:
+        if path.name not in ("__init__.py", "__main__.py") and "__pycache__" not in path.parts:
             names.setdefault(path.name, []).append(path.relative_to(SCRIPTS).as_posix())
     shared = {name: sorted(paths) for name, paths in names.items() if len(paths) > 1}
     allowed = {name: sorted([f"qwen3_pilot/stages/{name}", name]) for name in shared}

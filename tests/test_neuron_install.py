@@ -227,8 +227,8 @@ def venv_distributions(python: str) -> dict[str, str]:
 
 
 def installed_record(rehearsal) -> dict:
-    code = ("import json; from qwen3_pilot import neuron_stack as s; "
-            "print(json.dumps(s.installed_record(s.read_release('2.33.0'))))")
+    code = ("import json; from qwen3_pilot.neuron_stack import read_release, installed; "
+            "print(json.dumps(installed.installed_record(read_release('2.33.0'))))")
     recorded = subprocess.run([rehearsal["python"], "-c", code], cwd=rehearsal["project"], env=rehearsal["env"],
                               capture_output=True, text=True)
     assert recorded.returncode == 0, recorded.stderr[-3000:]

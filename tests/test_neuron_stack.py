@@ -17,20 +17,20 @@ from qwen3_pilot.neuron_stack import (
     NOT_INSTALLED,
     UNRECORDED,
     StackError,
-    check_record,
     component_changes,
     components_problems,
-    editable_source,
-    git_head,
-    install_steps,
     known_releases,
-    layer_on,
-    machine_layout,
-    os_release_note,
     pin_problems,
     read_release,
     read_stack,
     release_admits,
+)
+from qwen3_pilot.neuron_stack.install import install_steps, layer_on, machine_layout
+from qwen3_pilot.neuron_stack.installed import (
+    check_record,
+    editable_source,
+    git_head,
+    os_release_note,
     release_pins,
     releases_carrying,
     stack_record,
@@ -395,14 +395,14 @@ def test_the_preflight_names_the_release_and_the_forks_ref_and_checks_the_plan(t
 
 
 def test_a_pinned_package_installed_from_a_git_clone_records_its_commit_in_its_stamp(tmp_path, monkeypatch):
-    from qwen3_pilot import neuron_stack
+    from qwen3_pilot.neuron_stack import installed
     from qwen3_pilot.stages.pin_env import run_package
 
     clone = tmp_path / "clone"
     clone.mkdir()
     git(clone, "init", "-q", "-b", "main")
     git(clone, "commit", "-q", "--allow-empty", "-m", "fork")
-    monkeypatch.setattr(neuron_stack, "editable_source", lambda name: clone if name == "pyyaml" else None)
+    monkeypatch.setattr(installed, "editable_source", lambda name: clone if name == "pyyaml" else None)
     stamped = run_package("pyyaml", f"=={__import__('yaml').__version__}", tmp_path / "pyyaml.json")
     assert stamped["commit"] == git(clone, "rev-parse", "HEAD")
     assert "commit" not in run_package("packaging", f"=={__import__('packaging').__version__}", tmp_path / "p.json")
