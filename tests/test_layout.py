@@ -215,3 +215,18 @@ def test_the_recipes_are_listed_once_in_their_registry():
         if pairs := pair.findall(rules.read_text()):
             found[str(rules.relative_to(PROJECT))] = pairs
     assert found == {}
+
+
+# The package's modules still over 350 lines, each with what takes it under (issue 35's limit): the test fails for a
+# new one, and for an entry whose module is under the limit again.
+OVER_350_LINES = {
+    "qwen3_pilot/titan/titan_api.py": "torchtitan's history (dates, commits and PR numbers per name) goes to "
+                                      "docs/torchtitan-compat.md; the code keeps each recipe's required names",
+}
+
+
+def test_no_module_is_over_350_lines_but_those_listed_with_what_takes_them_under():
+    lengths = {path.relative_to(SCRIPTS).as_posix(): len(path.read_text().splitlines())
+               for path in SCRIPTS.rglob("*.py") if "__pycache__" not in path.parts}
+    over = {path: lines for path, lines in lengths.items() if lines > 350}
+    assert set(over) == set(OVER_350_LINES), over
