@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from ...paths import SCRIPTS
+from ..titan_compat import Torchtitan, missing_launches, row
 
 # Where the fork's base is looked for: upstream torchtitan's main branch.
 UPSTREAM_TORCHTITAN = "https://github.com/pytorch/torchtitan.git"
@@ -25,8 +30,6 @@ class ForkError(RuntimeError):
 
 def git(*args: str, cwd: Path | None = None) -> str:
     """A git command's output; a failure raises ForkError with git's own message."""
-    import subprocess
-
     result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
     if result.returncode != 0:
         raise ForkError(f"git {' '.join(args)}: {result.stderr.strip() or f'exit {result.returncode}'}")
@@ -64,11 +67,6 @@ print(json.dumps({"torchtitan": installed_torchtitan(), "refused": refused,
 def fork_check(fork: str, ref: str, upstream: str, work: Path) -> dict[str, Any]:
     """The fork at `ref`, cloned into `work` (a path or URL; the given clone is never changed): its commit, its
     base on upstream and the API every recipe needs, checked against the fork's own torchtitan."""
-    import shutil
-    import subprocess
-
-    from ...paths import SCRIPTS
-
     clone = work / "fork"
     shutil.rmtree(clone, ignore_errors=True)  # an earlier preflight's clone
     git("clone", "--quiet", "--no-checkout", fork, str(clone))
@@ -101,8 +99,6 @@ def fork_launches(clone: Path, cpu_run: Path, scratch: Path, steps: int = FORK_L
     fork's clone first on the ranks' import path (titan_compat.row: its API probe, then the relaunch): whether the
     fork's own torchtitan trains every recipe, here, on gloo ranks at the run's tiny widths. It proves the fork's
     torchtitan API and trainer, not its neuron recipes, kernels or compiler (those need a trn2: fail_fast there)."""
-    from ..titan_compat import Torchtitan, missing_launches, row
-
     if missing := missing_launches(cpu_run):
         raise ForkError(f"{missing}, then the preflight again")
     result = row(cpu_run, Torchtitan("fork", clone), steps, scratch)
