@@ -76,7 +76,7 @@ def two_node_backend(tmp_path: Path, port: int):
 
 def test_the_rank_check_sees_world_size_two_across_two_hosts(two_hosts, tmp_path):
     """The hosts' variables reach the launch through the backend's launcher environment, not os.environ: the
-    shared run, started in another thread, copies os.environ for its Snakemake (and under SLURM for every job),
+    shared run, started in another thread, copies os.environ for its Snakemake (and every job it starts),
     and a rank of its given GLOO_SOCKET_IFNAME=pilot0 would find no such interface."""
     _, backend = two_node_backend(tmp_path, 29511)
     backend = dataclasses.replace(backend, launcher_env={**backend.launcher_env, **two_hosts})

@@ -288,7 +288,7 @@ def test_a_training_stage_killed_or_interrupted_ends_with_its_ranks_and_says_so(
     assert any("torchrun was killed by signal 9" in text for text in kept), kept
 
 
-@started_ahead
+@started_ahead(longest=True)
 def test_an_interrupted_training_then_the_plain_command_terminated_and_again_completes_from_the_fetched_weights(
         copy_of_run, tmp_path):
     """Snakemake interrupted mid-training (Ctrl-C: the ranks end with it); the README's plain command, resuming
@@ -363,7 +363,7 @@ def test_a_byte_changed_after_its_stage_recorded_it_fails_the_consumer_and_verif
     assert not ok and any("CHANGED results/fetch_corpus/c4_test/data.json" in line for line in lines)
 
 
-@started_ahead
+@started_ahead(longest=True)
 def test_after_a_transformers_pin_change_the_report_lists_reruns_with_reasons_and_moved_figures(copy_of_run, _):
     """The report against the last approved run after a transformers pin change. No second transformers is
     installed here, so the pin is respelled to one that still admits the installed 5.16.0 (==5.16): Snakemake

@@ -38,8 +38,8 @@ def test_report_holds_every_built_stage_as_pass(completed_run):
     assert stages["train_hf"]["figures"]["repeat"] == "not repeated (training.repeat.recipes)"
     # Convergence: the held-out loss after step 1 and every 25 steps, on documents no training run read.
     convergence = stages["convergence"]["figures"]
-    assert [point["step"] for point in convergence["heldout_loss"]] == [1, 25, 50, 75, 100]
-    assert convergence["heldout_fall"]["fall"] >= convergence["heldout_fall"]["min_fall"] == 0.05
+    assert [point["step"] for point in convergence["heldout_loss"]] == [1, 25, 50]  # SMALL's 50 steps
+    assert convergence["heldout_fall"]["fall"] >= convergence["heldout_fall"]["min_fall"] == 0.03
     corpus = stages["fetch_corpus"]["figures"]
     held = corpus["heldout"]["documents"]
     assert held > 0 and held == (corpus["documents"] + held) // 20  # every 20th document of the corpus held out
