@@ -10,7 +10,8 @@ import pytest
 
 from qwen3_pilot.titan import api_levels
 from qwen3_pilot.titan.api_levels import GRAIN, GRAIN_FOLDED, HF_DATASETS
-from qwen3_pilot.titan.titan_api import TORCHTITAN_API, missing_api
+from qwen3_pilot.titan.api_names import TORCHTITAN_API
+from qwen3_pilot.titan.titan_api import missing_api
 from qwen3_pilot.trainer_run import TrainerRun
 
 

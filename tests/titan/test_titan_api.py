@@ -1,5 +1,6 @@
 """The torchtitan API check: the installed torchtitan 0.3.0 has every name the project uses, and a
-torchtitan without one of them is refused with the name, why the project needs it and since when."""
+torchtitan without one of them is refused with the name and why the project needs it (docs/torchtitan-compat.md
+says since when upstream has each)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT, fake_fork, pre_refactor_torchtitan
 
-from qwen3_pilot.titan.titan_api import TORCHTITAN_API, ApiEntry, TorchtitanApiError, check_torchtitan_api, missing_api
+from qwen3_pilot.titan.api_names import TORCHTITAN_API, ApiEntry
+from qwen3_pilot.titan.titan_api import TorchtitanApiError, check_torchtitan_api, missing_api
 
 FAKE = "fake_torchtitan_config"
 
@@ -61,22 +63,23 @@ def test_the_entry_list_covers_what_the_recipes_set():
     assert any(e.name == "model_registry" and "converters" in e.parameters for e in TORCHTITAN_API)
 
 
-def test_every_entry_says_since_when_upstream_has_it():
-    """No entry keeps a vague `since`: each names the date, commit and pull request from which upstream main has
-    the name, and a name upstream dropped also names the date and commit that removed it."""
-    dated = re.compile(r"upstream (has it since|had it from) \d{4}-\d{2}-\d{2} \([0-9a-f]{9}, #\d+[;)]")
+def test_docs_say_since_when_upstream_has_each_name_the_code_checks():
+    """The history lives in docs/torchtitan-compat.md's table, one row per entry in the code's order: its name, what
+    it must have, and the date, commit and pull request from which upstream main has it (a name upstream dropped
+    also the date and commit that removed it)."""
+    text = (PROJECT / "docs" / "torchtitan-compat.md").read_text()
+    rows = [line.split(" | ") for line in text.split("## When upstream got each name")[1].splitlines()
+            if line.startswith("| `")]
+    assert [row[0].strip("| `") for row in rows] == [entry.target for entry in TORCHTITAN_API]
+    dated = re.compile(r"(since|from) \d{4}-\d{2}-\d{2} \([0-9a-f]{9}, #\d+[;)]")
     removed = re.compile(r"until \d{4}-\d{2}-\d{2}, when [0-9a-f]{9} \(#\d+\) ")
-    assert [e.target for e in TORCHTITAN_API if not dated.match(e.since)] == []
-    assert [e.target for e in TORCHTITAN_API if "had it from" in e.since and not removed.search(e.since)] == []
+    assert [row[0] for row in rows if not dated.match(row[2])] == []
+    assert [row[0] for row in rows if row[2].startswith("from ") and not removed.search(row[2])] == []
 
 
-def test_a_missing_dataclass_field_is_named_with_its_use_and_date(fake_titan):
-    entry = ApiEntry(FAKE, "TrainingConfig", "the recipes set it", fields=("disable_cuda_graphs", "seq_len"),
-                     since="upstream has it since 2026-08-13")
-    assert missing_api((entry,)) == [
-        f"{FAKE}.TrainingConfig has no field disable_cuda_graphs (the recipes set it; upstream has it since "
-        "2026-08-13)"
-    ]
+def test_a_missing_dataclass_field_is_named_with_its_use(fake_titan):
+    entry = ApiEntry(FAKE, "TrainingConfig", "the recipes set it", fields=("disable_cuda_graphs", "seq_len"))
+    assert missing_api((entry,)) == [f"{FAKE}.TrainingConfig has no field disable_cuda_graphs (the recipes set it)"]
 
 
 def test_missing_parameters_attributes_and_assignments_are_named(fake_titan):
@@ -91,7 +94,7 @@ def test_missing_parameters_attributes_and_assignments_are_named(fake_titan):
     assert messages[0].startswith(f"{FAKE}.model_registry has no parameter converters (kernel converters")
     assert messages[1].startswith(f"{FAKE}.MetricsProcessor.__init__ does not set self.gpu_peak_flops")
     assert messages[2].startswith(f"{FAKE}.TrainingConfig has no attribute build")
-    assert messages[3].startswith(f"{FAKE} has no Trainer.Config (the recipes return one;")
+    assert messages[3] == f"{FAKE} has no Trainer.Config (the recipes return one)"
 
 
 def test_a_module_that_cannot_be_imported_is_named():
@@ -136,7 +139,7 @@ def test_a_recipe_is_checked_only_for_the_names_it_uses(fake_titan):
 
 
 def test_every_entry_names_known_users_and_each_recipe_has_its_own_list():
-    from qwen3_pilot.titan.titan_api import EXPORT, NUMERICS, RANK_PLAN, RECIPES
+    from qwen3_pilot.titan.api_names import EXPORT, NUMERICS, RANK_PLAN, RECIPES
 
     assert {user for entry in TORCHTITAN_API for user in entry.users} == {*RECIPES, RANK_PLAN, NUMERICS, EXPORT}
     per_recipe = {recipe: {e.target for e in TORCHTITAN_API if recipe in e.users} for recipe in RECIPES}
@@ -146,7 +149,7 @@ def test_every_entry_names_known_users_and_each_recipe_has_its_own_list():
 
 
 def test_a_name_is_found_in_another_home_and_imported_from_there(fake_titan, monkeypatch):
-    from qwen3_pilot.titan.titan_api import Home, import_home
+    from qwen3_pilot.titan.titan_api import import_home
 
     old_home = types.ModuleType("fake_old_home")
 
@@ -159,23 +162,23 @@ def test_a_name_is_found_in_another_home_and_imported_from_there(fake_titan, mon
     old_home.LRSchedulersContainer = LRSchedulersContainer
     monkeypatch.setitem(sys.modules, "fake_old_home", old_home)
     entry = ApiEntry(FAKE, "LRSchedulersContainer.Config", "the recipes set them", fields=("warmup_steps",),
-                     homes=(Home("fake_old_home", "until 2026-08-18"),))
+                     homes=("fake_old_home",))
     assert missing_api((entry,)) == [] and import_home(entry) is LRSchedulersContainer
-    gone = dataclasses.replace(entry, homes=(Home("fake_nowhere", "until 2026-08-18, when X removed it"),))
+    gone = dataclasses.replace(entry, homes=("fake_nowhere",))
     (message,) = missing_api((gone,))
-    assert message.startswith(f"{FAKE} has no LRSchedulersContainer.Config (the recipes set them;")
-    assert message.endswith("; not in fake_nowhere (until 2026-08-18, when X removed it) either")
+    assert message == f"{FAKE} has no LRSchedulersContainer.Config (the recipes set them); not in fake_nowhere either"
     with pytest.raises(TorchtitanApiError, match="not in fake_nowhere"):
         import_home(gone)
 
 
 def test_the_two_names_upstream_moved_in_august_are_imported_from_where_0_3_0_keeps_them():
-    from qwen3_pilot.titan.titan_api import CHECKPOINT_MANAGER, LR_SCHEDULERS, import_home
+    from qwen3_pilot.titan.api_names import CHECKPOINT_MANAGER, LR_SCHEDULERS
+    from qwen3_pilot.titan.titan_api import import_home
 
     assert import_home(CHECKPOINT_MANAGER).__module__.startswith("torchtitan.components.checkpoint")
     assert import_home(LR_SCHEDULERS).__name__ == "LRSchedulersContainer"
-    assert [home.module for home in CHECKPOINT_MANAGER.homes] == ["torchtitan.components.checkpoint"]
-    assert [home.module for home in LR_SCHEDULERS.homes] == ["torchtitan.components.lr_scheduler"]
+    assert CHECKPOINT_MANAGER.homes == ("torchtitan.components.checkpoint",)
+    assert LR_SCHEDULERS.homes == ("torchtitan.components.lr_scheduler",)
 
 
 def refusal_in(path, tmp_path) -> subprocess.CompletedProcess:

@@ -44,3 +44,16 @@ def test_0_3_0_trains_every_recipe_and_0_2_2_is_refused(trained_run, _):
 def test_a_folder_without_a_finished_run_is_refused_naming_what_is_missing(tmp_path):
     with pytest.raises(SystemExit, match="no recorded launch for train_native, train_hf, moe_reduced"):
         matrix(tmp_path, [Torchtitan(INSTALLED, None)], steps=2)
+
+
+def test_a_cell_names_what_is_missing_without_who_uses_it():
+    """The table's cells drop the "(who uses it)" each missing-name message ends with, its own parentheses included;
+    the JSON keeps the whole message."""
+    from qwen3_pilot.tools.titan_compat import without_reason
+
+    assert without_reason("torchtitan.config.CommConfig has no field train_timeout_seconds (the recipes set them "
+                          "(training.comm_*_timeout_s))") == "torchtitan.config.CommConfig has no field " \
+                                                             "train_timeout_seconds"
+    assert without_reason("m.X: module m cannot be imported (TypeError: bad) (the HF recipe builds on it)") == \
+        "m.X: module m cannot be imported (TypeError: bad)"
+    assert without_reason("no reason given") == "no reason given"

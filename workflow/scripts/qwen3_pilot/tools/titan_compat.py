@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -31,8 +30,6 @@ from ..paths import SCRIPTS, RunFolder
 from ..recipe_registry import RECIPES, Recipe
 
 INSTALLED = "installed"
-# The "(who uses it; since when upstream has it)" at the end of a missing-name message: the JSON keeps it.
-WHY_AND_SINCE = re.compile(r" \([^()]*; (upstream (has it since|had it from)|present in) .*$")
 
 
 @dataclass(frozen=True)
@@ -60,9 +57,9 @@ def unpacked(torchtitan: Torchtitan, scratch: Path) -> Torchtitan:
 # Run with the torchtitan under test first on the path: its version, the refusal, and each recipe's missing names.
 _API_PROBE = """
 import json
-from qwen3_pilot.titan import api_levels, titan_api
+from qwen3_pilot.titan import api_levels, api_names, titan_api
 refused = titan_api.config_api_problem()
-missing = {} if refused else {r: titan_api.missing_api(backend="cpu", user=r) for r in titan_api.RECIPES}
+missing = {} if refused else {r: titan_api.missing_api(backend="cpu", user=r) for r in api_names.RECIPES}
 import torchtitan
 print(json.dumps({"version": titan_api.installed_torchtitan(), "file": torchtitan.__file__, "refused": refused,
                   "level": None if refused else api_levels.installed_level(), "missing": missing}))
@@ -112,10 +109,23 @@ def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dic
         elif probe["missing"].get(name):
             names = probe["missing"][name]
             cells[name] = {"works": False, "why": f"{len(names)} name(s) missing: " + "; ".join(
-                WHY_AND_SINCE.sub("", name) for name in names[:3]) + ("; ..." if len(names) > 3 else "")}
+                without_reason(name) for name in names[:3]) + ("; ..." if len(names) > 3 else "")}
         else:
             cells[name] = train(workdir, torchtitan, recipe, steps, scratch)
     return {"torchtitan": torchtitan.label, "version": probe["version"], "level": probe["level"], "recipes": cells}
+
+
+def without_reason(message: str) -> str:
+    """A missing-name message without the "(who uses it)" it ends with (titan_api), for a table cell: the JSON
+    keeps it."""
+    if not message.endswith(")"):
+        return message
+    depth = 0
+    for at in range(len(message) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(message[at], 0)
+        if depth == 0:
+            return message[:at].rstrip()
+    return message
 
 
 def missing_launches(workdir: Path) -> str | None:

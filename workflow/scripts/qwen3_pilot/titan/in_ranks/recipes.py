@@ -138,7 +138,8 @@ def _shared(config, recipe: TrainerRun):
     from torchtitan.components.optimizer import default_adamw
 
     from ..api_levels import text_dataloader, training_config
-    from ..titan_api import CHECKPOINT_MANAGER, LR_SCHEDULERS, import_home
+    from ..api_names import CHECKPOINT_MANAGER, LR_SCHEDULERS
+    from ..titan_api import import_home
     from .titan_metrics import JsonlMetricsProcessor
 
     # Each from wherever this torchtitan keeps it (upstream moved both in August 2026).

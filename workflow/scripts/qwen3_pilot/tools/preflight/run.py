@@ -77,7 +77,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
     `fork`, the fork's own torchtitan is checked too (fork_check), at `fork_ref` or the release's ref, and it trains
     each recipe's recorded launch of the finished cpu run in `cpu_run` (fork_launches)."""
     from ...backends import make_backend
-    from ...titan import titan_api
+    from ...titan import api_names, titan_api
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -94,7 +94,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
         }
     run_check("install_plan", lambda: install_plan(project, config["neuron"]["sdk"]), checks)
     # The neuron backend's entries, read at call time (a test takes one away to see the check fail).
-    run_check("torchtitan_api", lambda: torchtitan_api(titan_api.TORCHTITAN_API), checks)
+    run_check("torchtitan_api", lambda: torchtitan_api(api_names.TORCHTITAN_API), checks)
     # A torchtitan from before the config refactor builds no recipe and no plan: the checks that would build
     # one say so instead of each failing with its own traceback.
     titan_refused = titan_api.config_api_problem() is not None
