@@ -4,6 +4,7 @@ any launch, with the reason in its cells. The upstream-commit rows are `make tit
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -57,3 +58,26 @@ def test_a_cell_names_what_is_missing_without_who_uses_it():
     assert without_reason("m.X: module m cannot be imported (TypeError: bad) (the HF recipe builds on it)") == \
         "m.X: module m cannot be imported (TypeError: bad)"
     assert without_reason("no reason given") == "no reason given"
+
+
+def test_a_torchtitan_is_probed_once_per_process_and_each_caller_gets_its_own_copy(monkeypatch, tmp_path):
+    """The preflight's fork check and the fork's launches read the same probe: its subprocess (importing torchtitan,
+    about 8 CPU-seconds) runs once."""
+    import subprocess
+
+    from qwen3_pilot.tools import titan_compat
+
+    started = []
+    probe = {"version": "torchtitan 9", "file": str(tmp_path / "torchtitan" / "__init__.py"), "refused": None,
+             "level": "hf_datasets", "missing": {}, "missing_on_neuron": {"qwen3_hf": []}}
+
+    def fake_run(command, **kwargs):
+        started.append(command)
+        return subprocess.CompletedProcess(command, 0, json.dumps(probe) + "\n", "")
+
+    monkeypatch.setattr(titan_compat.subprocess, "run", fake_run)
+    torchtitan = Torchtitan("probed-once", tmp_path)
+    first = titan_compat.api_probe(torchtitan)
+    first["missing_on_neuron"]["qwen3_hf"].append("changed by a caller")
+    assert titan_compat.api_probe(Torchtitan("probed-once", tmp_path)) == probe
+    assert len(started) == 1

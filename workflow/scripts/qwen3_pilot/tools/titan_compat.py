@@ -15,6 +15,8 @@ The tiny models, corpus and checkpoint are the run's; nothing here downloads.
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 import os
 import subprocess
@@ -54,7 +56,8 @@ def unpacked(torchtitan: Torchtitan, scratch: Path) -> Torchtitan:
     return Torchtitan(torchtitan.label, folder)
 
 
-# Run with the torchtitan under test first on the path: its version, the refusal, and each recipe's missing names.
+# Run with the torchtitan under test first on the path: its version, the refusal, each recipe's missing names on
+# the cpu backend (the relaunches here), and each user's on neuron (what the preflight's fork check needs on a trn2).
 _API_PROBE = """
 import json
 from qwen3_pilot.titan import api_levels, api_names, titan_api
@@ -62,17 +65,25 @@ refused = titan_api.config_api_problem()
 missing = {} if refused else {r: titan_api.missing_api(backend="cpu", user=r) for r in api_names.RECIPES}
 import torchtitan
 print(json.dumps({"version": titan_api.installed_torchtitan(), "file": torchtitan.__file__, "refused": refused,
-                  "level": None if refused else api_levels.installed_level(), "missing": missing}))
+                  "level": None if refused else api_levels.installed_level(), "missing": missing,
+                  "missing_on_neuron": {} if refused else titan_api.missing_by_user("neuron")}))
 """
 
 
 def api_probe(torchtitan: Torchtitan) -> dict[str, Any]:
+    """What _API_PROBE finds in `torchtitan`, asked once per process (it imports torchtitan: about 8 CPU-seconds,
+    and the preflight's fork check and the fork's launches both read it)."""
+    return copy.deepcopy(_probed(torchtitan))
+
+
+@functools.cache
+def _probed(torchtitan: Torchtitan) -> dict[str, Any]:
     result = subprocess.run([sys.executable, "-c", _API_PROBE], capture_output=True, text=True,
                             env={**os.environ, **torchtitan.import_path()}, timeout=600)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
         return {"version": "unknown", "refused": f"the API check could not run: {tail}", "level": None,
-                "missing": {}}
+                "missing": {}, "missing_on_neuron": {}}
     probe = json.loads(result.stdout.strip().splitlines()[-1])
     expected = (torchtitan.path / "torchtitan") if torchtitan.path else None
     if expected is not None and not probe["file"].startswith(str(expected)):

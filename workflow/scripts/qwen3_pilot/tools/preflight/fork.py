@@ -6,16 +6,12 @@ Stage-free: it runs in the preflight's process and the subprocesses it starts.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from ...paths import SCRIPTS
-from ..titan_compat import Torchtitan, missing_launches, row
+from ..titan_compat import Torchtitan, api_probe, missing_launches, row
 
 # Where the fork's base is looked for: upstream torchtitan's main branch.
 UPSTREAM_TORCHTITAN = "https://github.com/pytorch/torchtitan.git"
@@ -54,16 +50,6 @@ def fork_base(clone: Path, upstream: str, branch: str = "main") -> dict[str, Any
             "upstream_commits_since": int(git("rev-list", "--count", f"{base}..refs/preflight/upstream", cwd=clone))}
 
 
-# Run in the fork's own interpreter path: what the API check of step 2 finds in the fork's torchtitan.
-FORK_API_CHECK = """
-import json
-from qwen3_pilot.titan.titan_api import config_api_problem, installed_torchtitan, missing_by_user
-refused = config_api_problem()
-print(json.dumps({"torchtitan": installed_torchtitan(), "refused": refused,
-                  "missing": {} if refused else missing_by_user("neuron")}))
-"""
-
-
 def fork_check(fork: str, ref: str, upstream: str, work: Path) -> dict[str, Any]:
     """The fork at `ref`, cloned into `work` (a path or URL; the given clone is never changed): its commit, its
     base on upstream and the API every recipe needs, checked against the fork's own torchtitan."""
@@ -75,22 +61,18 @@ def fork_check(fork: str, ref: str, upstream: str, work: Path) -> dict[str, Any]
     git("checkout", "--quiet", "--detach", f"origin/{ref}" if branch else ref, cwd=clone)
     figures = {"fork": fork, "ref": ref, "commit": git("rev-parse", "HEAD", cwd=clone), "upstream": upstream,
                **fork_base(clone, upstream)}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(clone), str(SCRIPTS)])}
-    result = subprocess.run([sys.executable, "-c", FORK_API_CHECK], capture_output=True, text=True, env=env,
-                            cwd=work)
-    if result.returncode != 0:
-        raise ForkError(f"the API check in the fork's torchtitan did not run: {result.stderr.strip()[-2000:]}")
-    api = json.loads(result.stdout.splitlines()[-1])
-    figures["torchtitan"] = api["torchtitan"]
+    # The same probe as the fork's launches read (fork_launches: titan_compat.row), asked once.
+    api = api_probe(Torchtitan("fork", clone))
+    figures["torchtitan"] = api["version"]
     if api["refused"]:
         raise ForkError(f"the fork at {ref} ({figures['commit'][:12]}): {api['refused']}")
-    missing = {user: names for user, names in api["missing"].items() if names}
+    missing = {user: names for user, names in api["missing_on_neuron"].items() if names}
     if missing:
         raise ForkError(f"the fork at {ref} ({figures['commit'][:12]}, base {figures.get('merge_base_date', '?')})"
                         " lacks names these use:\n" + "\n".join(
                             f"  {user}:\n" + "\n".join(f"    - {name}" for name in names)
                             for user, names in missing.items()))
-    figures["api"] = {user: "every name present" for user in api["missing"]}
+    figures["api"] = {user: "every name present" for user in api["missing_on_neuron"]}
     return figures
 
 
