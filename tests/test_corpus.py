@@ -9,7 +9,7 @@ import pytest
 from conftest import CORPUS
 
 from qwen3_pilot.artifacts import ChecksumError, git_blob_sha1
-from qwen3_pilot.corpus import CORPUS_FILE, CorpusError, fetch_corpus, read_documents
+from qwen3_pilot.stages.fetch_corpus.corpus import CORPUS_FILE, CorpusError, fetch_corpus, read_documents
 
 DOCS = [{"text": f"document number {i} " * 5} for i in range(3)]
 

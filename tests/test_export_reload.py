@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from qwen3_pilot.hf_export import check_export, complete_export, key_set_problems
+from qwen3_pilot.stages.export_reload.hf_export import check_export, complete_export, key_set_problems
 from qwen3_pilot.stages.export_reload_judging import logits_problems
 
 SETTINGS = {"batch": 1, "seq_len": 16, "prompt": "a", "new_tokens": 2}

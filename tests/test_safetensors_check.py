@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from qwen3_pilot.hf_export import ExportError, read_tensors
 from qwen3_pilot.safetensors_check import SafetensorsHeaderError, check_safetensors
-from qwen3_pilot.weights import WeightsError, verify_safetensors
+from qwen3_pilot.stages.export_reload.hf_export import ExportError, read_tensors
+from qwen3_pilot.stages.fetch_weights.weights import WeightsError, verify_safetensors
 
 # Two float32 tensors of 2 and 3 elements: 8 + 12 bytes of data.
 GOOD = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},

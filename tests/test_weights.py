@@ -12,8 +12,8 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from safetensors.torch import save_file
 
 from qwen3_pilot.artifacts import ChecksumError, sha256_file
+from qwen3_pilot.stages.fetch_weights.weights import WeightsError, fetch_weights
 from qwen3_pilot.stages.fixture_checkpoint.hub_cache import publish_to_hub_cache
-from qwen3_pilot.weights import WeightsError, fetch_weights
 
 REPO = "test-org/tiny"
 ALLOW = ["config.json", "*.safetensors", "tokenizer.json"]

@@ -174,7 +174,7 @@ def test_kernel_numerics_is_judged_by_its_tolerances_and_re_judged_without_measu
 
 
 def test_export_reload_is_judged_by_its_logits_tolerance(in_tmp):
-    from qwen3_pilot.hf_export import ExportError
+    from qwen3_pilot.stages.export_reload.hf_export import ExportError
 
     logits = {"max_abs_diff": 2e-4, "argmax_agreement": 1.0, "logits_max_abs": 3.0, "inputs": [2, 64]}
     measured = measured_record(in_tmp, "export_reload", {

@@ -1,14 +1,14 @@
 """Rule judge for export_reload: each recipe's logits against torchtitan's, held to export_reload's tolerances.
-Apart from what the stage measures with (stages/export_reload.py, hf_export.py), which never imports it: a
+Apart from what the stage measures with (stages/export_reload/), which never imports it: a
 tolerance or wording edit here re-judges and reloads nothing (parse_time/code.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..hf_export import ExportError
 from ..problems import problem_list
 from .export_reload import RECIPES
+from .export_reload.hf_export import ExportError
 
 
 def logits_problems(recipe: str, logits: dict[str, Any], judging: dict[str, Any]) -> list[str]:

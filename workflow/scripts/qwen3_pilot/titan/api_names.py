@@ -22,7 +22,7 @@ NATIVE = recipes.recipe_of("train_native").config_function
 HF = recipes.recipe_of("train_hf").config_function
 MOE = recipes.recipe_of("moe_reduced").config_function
 # Stage modules that build torchtitan models outside a trainer.
-RANK_PLAN, NUMERICS, EXPORT = "rank_plan.py", "kernel_numerics/tiny_models.py", "hf_export.py"
+RANK_PLAN, NUMERICS, EXPORT = "rank_plan.py", "kernel_numerics/tiny_models.py", "export_reload/hf_export.py"
 # models.qwen3_decoder builds the native model from config.json: the native recipe, kernel_numerics, hf_export.py.
 DECODER_USERS = (NATIVE, NUMERICS, EXPORT)
 # The kernel converters: the recipes that list replacements, and kernel_numerics.
@@ -123,7 +123,7 @@ TORCHTITAN_API: tuple[ApiEntry, ...] = (
     ApiEntry("torchtitan.components.metrics", "BaseLogger", "titan_metrics.py subclasses it"),
     ApiEntry("torchtitan.components.metrics", "LoggerContainer", "titan_metrics.py adds its logger",
              attributes=("add_logger",)),
-    # ---- the models (models.py, kernel_numerics, hf_export.py, rank_plan.py) ----
+    # ---- the models (models.py, kernel_numerics, export_reload/hf_export.py, rank_plan.py) ----
     ApiEntry("torchtitan.models.qwen3.config_registry", "qwen3_32b", "the native and MoE recipes build on it",
              users=(NATIVE, MOE)),
     ApiEntry("torchtitan.models.qwen3", "model_registry", "the recipes and rank_plan.py call it",

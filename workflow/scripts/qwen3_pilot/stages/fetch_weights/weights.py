@@ -15,8 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .artifacts import sha256_file, staging_dir, verify_checksum
-from .parse_time.config import is_pinned_revision
+from ...artifacts import sha256_file, staging_dir, verify_checksum
+from ...parse_time.config import is_pinned_revision
 
 # Pickle-based formats can run code when loaded, and code files are what trust_remote_code would run:
 # none of them is fetched, whatever allow_patterns says.
@@ -61,7 +61,7 @@ def verify_safetensors(path: Path) -> dict[str, Any]:
     truncated or garbled files fail here, named."""
     from safetensors import SafetensorError, safe_open
 
-    from .safetensors_check import SafetensorsHeaderError, check_safetensors
+    from ...safetensors_check import SafetensorsHeaderError, check_safetensors
 
     try:
         check_safetensors(path)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..corpus import CORPUS_FILE, fetch_corpus
+from .corpus import CORPUS_FILE, fetch_corpus
 
 
 def run(data: dict[str, Any], backend: str, out_dir: Path, heldout_dir: Path, summary_path: Path) -> dict[str, Any]:
-    from ..summary import StageSummary
+    from ...summary import StageSummary
 
     figures = fetch_corpus(data, out_dir, heldout_dir)
     summary = StageSummary(

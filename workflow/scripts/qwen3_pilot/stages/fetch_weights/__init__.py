@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..weights import fetch_weights
+from .weights import fetch_weights
 
 
 def run(
@@ -18,8 +18,8 @@ def run(
     manifest_path: Path,
     summary_path: Path,
 ) -> dict[str, Any]:
-    from ..artifacts import write_recorded_json
-    from ..summary import StageSummary
+    from ...artifacts import write_recorded_json
+    from ...summary import StageSummary
 
     manifest = fetch_weights(
         repo_id=weights["repo_id"],

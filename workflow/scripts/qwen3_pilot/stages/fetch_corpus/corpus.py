@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .artifacts import ChecksumError, git_blob_sha1, sha256_file, staging_dir
+from ...artifacts import ChecksumError, git_blob_sha1, sha256_file, staging_dir
 
 CORPUS_FILE = "data.json"
 

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .artifacts import staging_dir
+from ...artifacts import staging_dir
 
 # Taken from the fetched checkpoint; the export has the weights only.
 COMPANION_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json")
@@ -48,7 +48,7 @@ def read_tensors(folder: Path) -> dict[str, Any]:
     header checked before anything is read from it (safetensors_check)."""
     from safetensors import safe_open
 
-    from .safetensors_check import SafetensorsHeaderError, check_safetensors
+    from ...safetensors_check import SafetensorsHeaderError, check_safetensors
 
     tensors: dict[str, Any] = {}
     for path in sorted(folder.glob("*.safetensors")):
@@ -134,7 +134,7 @@ def torchtitan_model(checkpoint_values: dict[str, Any], tensors: dict[str, Any],
     import torch
     from torchtitan.models.qwen3.state_dict_adapter import Qwen3StateDictAdapter
 
-    from .titan.models import native_model_from_checkpoint, use_sdpa
+    from ...titan.models import native_model_from_checkpoint, use_sdpa
 
     config = native_model_from_checkpoint(checkpoint_values)
     use_sdpa(config)
@@ -210,7 +210,7 @@ def check_export(
 ) -> tuple[dict[str, Any], list[str], list[Path]]:
     """One recipe's export: completed, reloaded, compared; returns its figures, its problems and its files.
     `fetched`: the checkpoint's tensors, when the caller has read them already (read here otherwise)."""
-    from .titan.parity import read_checkpoint_values
+    from ...titan.parity import read_checkpoint_values
 
     checkpoint_values = read_checkpoint_values(checkpoint_dir)
     files = complete_export(export_dir, checkpoint_dir, out_dir)

@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..hf_export import ExportError, check_export, key_set_problems, read_tensors
-from ..problems import problem_list
-from ..recipe_registry import FROM_FETCHED_WEIGHTS
+from ...problems import problem_list
+from ...recipe_registry import FROM_FETCHED_WEIGHTS
+from .hf_export import ExportError, check_export, key_set_problems, read_tensors
 
 # Its name for each recipe trained from the fetched weights: the rule's inputs <name>, <name>_summary.
 RECIPES = tuple(recipe.export for recipe in FROM_FETCHED_WEIGHTS)
@@ -20,8 +20,8 @@ def run(
     *, exports: dict[str, Path], checkpoint_dir: Path, out_root: Path, settings: dict[str, Any], seed: int,
     backend: str, measured_path: Path,
 ) -> dict[str, Any]:
-    from ..stage_progress import record_measured
-    from ..summary import StageMeasurement
+    from ...stage_progress import record_measured
+    from ...summary import StageMeasurement
 
     figures: dict[str, Any] = {}
     problems: list[str] = []
