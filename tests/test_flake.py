@@ -9,7 +9,6 @@ needs the nixpkgs source, which this machine cannot download.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import PROJECT
+from conftest import PROJECT, skip_or_fail
 
 FLAKES = ["--extra-experimental-features", "nix-command flakes"]
 
@@ -25,9 +24,7 @@ FLAKES = ["--extra-experimental-features", "nix-command flakes"]
 @pytest.fixture(autouse=True)
 def nix():
     if shutil.which("nix") is None or shutil.which("nix-instantiate") is None:
-        if os.environ.get("REQUIRE_NIX"):
-            pytest.fail("REQUIRE_NIX is set and nix is not on PATH (.ci/run installs Debian's nix-bin)")
-        pytest.skip("no nix on PATH (Debian: apt-get install nix-bin; .ci/run installs it)")
+        skip_or_fail("REQUIRE_NIX", "no nix on PATH (Debian: apt-get install nix-bin; .ci/run installs it)")
 
 
 def run(*command: str) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PROJECT, SMALL, backend_config, default_config, output, run_snakemake
+from conftest import PROJECT, SMALL, backend_config, default_config, output, run_snakemake, skip_or_fail
 
 from qwen3_pilot.backends import make_backend
 from qwen3_pilot.ranks import verify_ranks
@@ -41,10 +41,8 @@ def remove_hosts() -> None:
 def two_hosts(tmp_path_factory):
     missing = [tool for tool in ("ip", "nsenter", "unshare") if shutil.which(tool) is None]
     if os.geteuid() != 0 or missing:
-        reason = f"needs root and ip, nsenter, unshare (missing: {', '.join(missing) or 'none'}; uid {os.geteuid()})"
-        if os.environ.get("REQUIRE_MULTINODE"):
-            pytest.fail(f"REQUIRE_MULTINODE is set: {reason}")
-        pytest.skip(reason)
+        skip_or_fail("REQUIRE_MULTINODE", "needs root and ip, nsenter, unshare "
+                                          f"(missing: {', '.join(missing) or 'none'}; uid {os.geteuid()})")
     remove_hosts()
     (a, a_addr), (b, b_addr) = HOSTS.items()
     for host in HOSTS:

@@ -11,7 +11,6 @@ Needs root (the daemons, apt when the packages are missing): skipped without it,
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from conftest import (
     rank_processes,
     released_once_signalled,
     run_snakemake,
+    skip_or_fail,
     slurm_cluster,
     slurm_unavailable,
     started_ahead,
@@ -53,14 +53,6 @@ COMMENT = re.compile(r"rule_(?P<rule>[a-z_]+?)(?:_wildcards_(?P<wildcard>\S+))?"
 SLURM_STAGES = ("fetch_weights", "pin_env")
 # What the run forces: the package stamps (a local rule, so none of them a SLURM job) rerun pin_env.
 FORCED = ("pin_package", "fetch_weights")
-
-
-def require_slurm() -> None:
-    reason = slurm_unavailable()
-    if reason is not None:
-        if os.environ.get("REQUIRE_SLURM"):
-            pytest.fail(f"REQUIRE_SLURM is set: {reason}")
-        pytest.skip(reason)
 
 
 def planned_resources(result: subprocess.CompletedProcess) -> dict[str, dict[str, str]]:
@@ -99,7 +91,8 @@ def test_stages_run_as_slurm_jobs_with_the_profiles_resources_and_scancel_ends_a
     cluster its SLURM plugin had not reported the cancelled job 2 minutes later); then the weights' download and
     pin_env through the profile, each one SLURM job with its class's resources in SLURM's accounting (the package
     stamps before pin_env, a local rule, none)."""
-    require_slurm()
+    if (reason := slurm_unavailable()) is not None:
+        skip_or_fail("REQUIRE_SLURM", reason)
     planned = run_snakemake(copy_of_run, "--profile", "profiles/slurm", "-n", "--forceall", "results/report.html",
                             env=AHEAD_ENV)
     assert planned.returncode == 0, output(planned)[-3000:]
