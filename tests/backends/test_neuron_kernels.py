@@ -14,7 +14,8 @@ import sys
 import pytest
 import torch
 
-from qwen3_pilot.titan.kernels import rope as rope_kernel
+from qwen3_pilot.backends.neuron import nki_rope
+from qwen3_pilot.titan.kernels.rope import SeqLenRuleError
 
 LNC = 2
 SEQ = 128 * LNC
@@ -63,7 +64,7 @@ def test_call_shape_the_nki_rope_is_launched_on_lnc_cores_into_fresh_buffers_it_
     kernel = FakeNkiKernel()
     q, k, cos, sin = rope_inputs()
     assert not cos.is_contiguous()
-    q_out, k_out = rope_kernel.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, backward)
+    q_out, k_out = nki_rope.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, backward)
     (launch,) = kernel.launches
     assert launch["grid"] == LNC
     launched_q, launched_k, buffer_q, buffer_k = launch["args"]
@@ -82,7 +83,7 @@ def test_call_shape_the_nki_rope_is_launched_on_lnc_cores_into_fresh_buffers_it_
 def test_call_shape_the_nki_rope_gets_cos_and_sin_in_the_dtype_of_q_and_contiguous():
     kernel = FakeNkiKernel()
     q, k, cos, sin = rope_inputs(torch.bfloat16)
-    rope_kernel.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, False)
+    nki_rope.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, False)
     launched = kernel.launches[0]["kwargs"]
     for name, given in (("cos", cos), ("sin", sin)):
         table = launched[name]
@@ -94,7 +95,7 @@ def test_call_shape_the_nki_rope_gets_cos_and_sin_in_the_dtype_of_q_and_contiguo
 def test_call_shape_the_nki_rope_returns_what_the_kernel_returns_when_it_hands_back_tensors():
     kernel = FakeNkiKernel(returns_results=True)
     q, k, cos, sin = rope_inputs()
-    q_out, k_out = rope_kernel.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, False)
+    q_out, k_out = nki_rope.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, False)
     (launch,) = kernel.launches
     _, _, buffer_q, buffer_k = launch["args"]
     returned_q, returned_k = launch["returned"]
@@ -106,8 +107,8 @@ def test_call_shape_the_nki_rope_returns_what_the_kernel_returns_when_it_hands_b
 def test_call_shape_the_nki_rope_refuses_a_seq_len_off_the_kernel_grid_before_launching():
     kernel = FakeNkiKernel()
     q, k, cos, sin = rope_inputs(seq=128)
-    with pytest.raises(rope_kernel.SeqLenRuleError, match=r"seq_len=128 is not a multiple of 128 x LNC = 128 x 2"):
-        rope_kernel.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, False)
+    with pytest.raises(SeqLenRuleError, match=r"seq_len=128 is not a multiple of 128 x LNC = 128 x 2"):
+        nki_rope.nki_rope_kernel(kernel, LNC)(q, k, cos, sin, False)
     assert kernel.launches == []
 
 

@@ -135,7 +135,7 @@ def install_kernels(lnc: int) -> dict[str, str]:
             missing.append(f"{module} ({package}, from AWS's Neuron repository, workflow/envs/neuron.txt): {error}")
     if missing:
         raise ImportError(problem_list("the neuron kernels cannot be installed; missing", missing))
-    from ...titan.kernels.rope import register_neuron_kernel
+    from .nki_rope import register_neuron_kernel
 
     register_neuron_kernel(lnc)
     set_implementation("rope_hf", f"NKI: {NKI_ROPE_MODULE}.rope_hf[{lnc}] on {lnc} logical core(s) per rank, "
