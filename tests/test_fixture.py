@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 # Anything that tried the network would otherwise wait on timeouts on the offline build machines.
@@ -41,7 +42,8 @@ TINY_MODEL = dict(
     rms_norm_eps=1e-6,
 )
 TINY_TRAIN = dict(seq_len=64, steps=150, batch_size=8, lr=1e-2, seed=0)
-TINY = dict(**TINY_MODEL, **TINY_TRAIN, limit_chars=150_000)
+TINY_ARCHITECTURE = fixture_build.FixtureArchitecture(**TINY_MODEL)
+TINY = dict(**TINY_TRAIN, limit_chars=150_000, architecture=TINY_ARCHITECTURE)
 SAMPLES = [
     "First Citizen:\nBefore we proceed any further, hear me speak.",
     "  leading spaces, trailing tab\t and\r\nCRLF\n\n\nblank lines",
@@ -129,16 +131,21 @@ def test_tokenizer_round_trips_and_loads_in_transformers_and_torchtitan(corpus, 
 
 
 def test_fixture_hf_config_keeps_the_qwen3_features():
-    config = fixture_build.fixture_hf_config(**TINY_MODEL)
+    config = fixture_build.fixture_hf_config(TINY_ARCHITECTURE)
     assert config.model_type == "qwen3"
     assert config.head_dim == 32 != config.hidden_size // config.num_attention_heads
     assert config.num_key_value_heads < config.num_attention_heads
     assert config.tie_word_embeddings is True
     assert config.rope_parameters["rope_theta"] == 5_000_000.0
     with pytest.raises(ValueError, match="head_dim"):
-        fixture_build.fixture_hf_config(**{**TINY_MODEL, "head_dim": 16})
+        fixture_build.fixture_hf_config(replace(TINY_ARCHITECTURE, head_dim=16))
     with pytest.raises(ValueError, match="GQA"):
-        fixture_build.fixture_hf_config(**{**TINY_MODEL, "num_key_value_heads": 4})
+        fixture_build.fixture_hf_config(replace(TINY_ARCHITECTURE, num_key_value_heads=4))
+
+
+def test_config_fixture_splits_into_the_architecture_and_the_builds_own_settings():
+    settings = {**TINY_MODEL, **TINY_TRAIN, "limit_chars": None}
+    assert fixture_build.FixtureArchitecture.split(settings) == (TINY_ARCHITECTURE, {**TINY_TRAIN, "limit_chars": None})
 
 
 def test_build_summary_reports_a_trained_fixture(built):

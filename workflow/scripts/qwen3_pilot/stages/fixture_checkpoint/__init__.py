@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .build import FIXTURE_NOTE, build_fixture
+from .build import FIXTURE_NOTE, FixtureArchitecture, build_fixture
 
 
 def run(
@@ -17,7 +17,9 @@ def run(
 ) -> dict:
     from ...summary import StageSummary
 
-    built = build_fixture(corpus_dir / "data.json", out_dir, repo_id=repo_id, revision=revision, **fixture)
+    architecture, settings = FixtureArchitecture.split(fixture)
+    built = build_fixture(corpus_dir / "data.json", out_dir, repo_id=repo_id, revision=revision,
+                          architecture=architecture, **settings)
     figures = {k: v for k, v in built.items() if k not in ("losses", "note")}
     figures["loss_gap"] = built["init_loss"] - built["final_loss"]
     summary = StageSummary(

@@ -17,8 +17,9 @@ import contextlib
 import json
 import math
 import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .hub_cache import publish_to_hub_cache
 from .tokenizer import ENDOFTEXT, IM_END, read_corpus_texts, save_tokenizer, train_tokenizer
@@ -38,47 +39,52 @@ FIXTURE_NOTE = (
 # ended at 5.07.
 
 
+@dataclass(frozen=True, kw_only=True)
+class FixtureArchitecture:
+    """The fixture's Qwen3 at toy width: config `fixture`'s architecture keys, what its config.json holds."""
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    max_position_embeddings: int
+    rope_theta: float
+    rms_norm_eps: float
+
+    @classmethod
+    def split(cls, settings: dict[str, Any]) -> tuple[FixtureArchitecture, dict[str, Any]]:
+        """Config `fixture` as the architecture and the rest (the build's own settings: steps, batch, ...)."""
+        names = {field.name for field in fields(cls)}
+        return (cls(**{key: value for key, value in settings.items() if key in names}),
+                {key: value for key, value in settings.items() if key not in names})
+
+
 def fixture_hf_config(
-    *,
-    vocab_size: int,
-    hidden_size: int,
-    num_hidden_layers: int,
-    num_attention_heads: int,
-    num_key_value_heads: int,
-    head_dim: int,
-    intermediate_size: int,
-    max_position_embeddings: int,
-    rope_theta: float,
-    rms_norm_eps: float,
-    bos_token_id: int | None = None,
-    eos_token_id: int | None = None,
+    architecture: FixtureArchitecture, *, bos_token_id: int | None = None, eos_token_id: int | None = None
 ) -> transformers.Qwen3Config:
     """A Qwen3Config at toy width that keeps the features the recipes must get right."""
     from transformers import Qwen3Config
 
-    if not num_key_value_heads < num_attention_heads or num_attention_heads % num_key_value_heads:
+    heads, kv_heads = architecture.num_attention_heads, architecture.num_key_value_heads
+    if not kv_heads < heads or heads % kv_heads:
         raise ValueError("GQA needs kv heads < heads, dividing them")
-    if head_dim * num_attention_heads == hidden_size:
+    if architecture.head_dim * heads == architecture.hidden_size:
         # The point of an explicit head_dim: a recipe that derives it as dim // heads must fail here.
         raise ValueError("head_dim must differ from hidden_size // num_attention_heads")
+    sizes = {key: value for key, value in asdict(architecture).items() if key != "rope_theta"}
     return Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=num_attention_heads,
-        num_key_value_heads=num_key_value_heads,
-        head_dim=head_dim,
-        intermediate_size=intermediate_size,
-        max_position_embeddings=max_position_embeddings,
+        **sizes,
         # transformers 5 keeps theta only in rope_parameters; build_fixture adds the top-level
         # "rope_theta" that the hub's config.json carries.
-        rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta)},
-        rms_norm_eps=rms_norm_eps,
+        rope_parameters={"rope_type": "default", "rope_theta": float(architecture.rope_theta)},
         tie_word_embeddings=True,
         attention_bias=False,
         hidden_act="silu",
         use_sliding_window=False,
-        max_window_layers=num_hidden_layers,
+        max_window_layers=architecture.num_hidden_layers,
         bos_token_id=bos_token_id,
         eos_token_id=eos_token_id,
     )
@@ -188,16 +194,7 @@ def build_fixture(
     *,
     repo_id: str,
     revision: str = "main",
-    vocab_size: int,
-    hidden_size: int,
-    num_hidden_layers: int,
-    num_attention_heads: int,
-    num_key_value_heads: int,
-    head_dim: int,
-    intermediate_size: int,
-    max_position_embeddings: int,
-    rope_theta: float,
-    rms_norm_eps: float,
+    architecture: FixtureArchitecture,
     seq_len: int,
     steps: int,
     batch_size: int,
@@ -225,6 +222,7 @@ def build_fixture(
     with staging_dir(Path(out_dir)) as tmp:
         published = tmp / "published"
         texts = read_corpus_texts(corpus_jsonl, limit_chars)
+        vocab_size = architecture.vocab_size
         tok = train_tokenizer(texts, vocab_size)
         if tok.get_vocab_size() > vocab_size:
             raise ValueError(f"tokenizer has {tok.get_vocab_size()} tokens, more than vocab_size {vocab_size}")
@@ -232,20 +230,8 @@ def build_fixture(
         # Documents end in eos, as torchtitan's dataloader will feed them (encode(add_eos=True)).
         ids = [i for enc in tok.encode_batch(texts) for i in (*enc.ids, eos_id)]
 
-        config = fixture_hf_config(
-            vocab_size=vocab_size,
-            hidden_size=hidden_size,
-            num_hidden_layers=num_hidden_layers,
-            num_attention_heads=num_attention_heads,
-            num_key_value_heads=num_key_value_heads,
-            head_dim=head_dim,
-            intermediate_size=intermediate_size,
-            max_position_embeddings=max_position_embeddings,
-            rope_theta=rope_theta,
-            rms_norm_eps=rms_norm_eps,
-            bos_token_id=endoftext_id,  # as in Qwen3's config.json
-            eos_token_id=eos_id,
-        )
+        # bos as in Qwen3's config.json
+        config = fixture_hf_config(architecture, bos_token_id=endoftext_id, eos_token_id=eos_id)
         with _torch_threads(num_threads):
             torch.manual_seed(seed)
             model = Qwen3ForCausalLM(config)
@@ -266,9 +252,9 @@ def build_fixture(
         model.save_pretrained(published, safe_serialization=True)
         config_path = published / "config.json"
         cfg = json.loads(config_path.read_text())
-        cfg["rope_theta"] = float(rope_theta)  # where the hub's config.json (and older readers) keep it
+        cfg["rope_theta"] = float(architecture.rope_theta)  # where the hub's config.json (and older readers) keep it
         config_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-        save_tokenizer(tok, published, model_max_length=max_position_embeddings)
+        save_tokenizer(tok, published, model_max_length=architecture.max_position_embeddings)
 
         summary = {
             "fixture": True,
@@ -276,17 +262,9 @@ def build_fixture(
             "repo_id": repo_id,
             "revision": revision,
             "parameters": sum(p.numel() for p in model.parameters()),  # tied: embeddings counted once
-            "vocab_size": vocab_size,
+            **asdict(architecture),
+            "rope_theta": _rope_theta(model.config),  # as the saved model holds it
             "tokenizer_size": tok.get_vocab_size(),
-            "hidden_size": hidden_size,
-            "num_hidden_layers": num_hidden_layers,
-            "num_attention_heads": num_attention_heads,
-            "num_key_value_heads": num_key_value_heads,
-            "head_dim": head_dim,
-            "intermediate_size": intermediate_size,
-            "max_position_embeddings": max_position_embeddings,
-            "rope_theta": _rope_theta(model.config),
-            "rms_norm_eps": rms_norm_eps,
             "tie_word_embeddings": True,
             "seq_len": seq_len,
             "batch_size": batch_size,
@@ -296,7 +274,7 @@ def build_fixture(
             "corpus_tokens": len(ids),
             "init_loss": result["init_loss"],
             "final_loss": result["final_loss"],
-            "ln_vocab": math.log(vocab_size),
+            "ln_vocab": math.log(architecture.vocab_size),
             "losses": result["losses"],
         }
         (published / "README.md").write_text(_model_card(repo_id, summary))
