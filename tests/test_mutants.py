@@ -39,3 +39,18 @@ def test_a_file_a_killed_run_left_mutated_is_restored_from_its_copy(tmp_path, mo
     backup.write_text("original\n")
     assert check.restore_leftovers() == [code]
     assert code.read_text() == "original\n" and not backup.exists()
+
+
+def test_the_files_that_import_the_mutated_module_run_first_then_the_narrowest():
+    """pytest stops at the first failure: the likeliest catchers go first (a test file that imports the mutated
+    module itself, then those that reach the fewest package files), and no file that reaches it is left out."""
+    check = mutation_check()
+    target = "scripts/qwen3_pilot/artifacts.py"
+    reach = {
+        "tests/test_wide.py": check.Reach(frozenset(), (target, *(f"scripts/m{i}.py" for i in range(30)))),
+        "tests/test_narrow.py": check.Reach(frozenset(), (target, "scripts/m1.py")),
+        "tests/test_imports_it.py": check.Reach(frozenset({target}), (target, *(f"scripts/m{i}.py" for i in range(9)))),
+        "tests/test_elsewhere.py": check.Reach(frozenset(), ("scripts/m1.py",)),
+    }
+    assert check.test_files_reaching(check.PROJECT / "workflow" / target, reach) == [
+        "tests/test_imports_it.py", "tests/test_narrow.py", "tests/test_wide.py"]
