@@ -64,7 +64,7 @@ def test_the_launch_command_carries_no_setting_only_the_recipe_function_and_fold
     assert Path(env["QWEN3_PILOT_RECIPE"]) == (tmp_path / "recipe.json").resolve()
 
 
-def test_a_relaunch_runs_the_recorded_launch_into_scratch_with_its_changes(tmp_path, monkeypatch):
+def test_a_relaunch_runs_the_recorded_launch_into_scratch_with_its_changes(tmp_path):
     """training.relaunch: the recorded command and environment again, the dump folder, rank logs and the files
     the ranks write moved to the scratch folder, the recipe changes and added environment over the recorded
     ones, and torchrun's ranks per node replaced when asked (a one-rank failure case)."""
@@ -81,12 +81,14 @@ def test_a_relaunch_runs_the_recorded_launch_into_scratch_with_its_changes(tmp_p
     record.parent.mkdir(parents=True)
     record.write_text(json.dumps({"command": command, "env": {**env, "KEPT": "1"}}))
     launched = {}
-    monkeypatch.setattr(training, "run_torchrun", lambda command, env, **kwargs: launched.update(
-        command=command, env=env, **kwargs) or "launched")
+
+    def launcher(command, env, **kwargs):
+        launched.update(command=command, env=env, **kwargs)
+        return "launched"
 
     scratch = tmp_path / "scratch"
     assert training.relaunch(tmp_path, "train_hf", "run", scratch, recipe_changes={"steps": 1},
-                             added_env={"ADDED": "2"}, ranks_per_node=1) == "launched"
+                             added_env={"ADDED": "2"}, ranks_per_node=1, launcher=launcher) == "launched"
     assert launched["command"][launched["command"].index("--dump_folder") + 1] == str(scratch / "run")
     assert f"--log-dir={scratch / 'ranks'}" in launched["command"] and "--nproc-per-node=1" in launched["command"]
     assert "--nproc-per-node=2" not in launched["command"]
@@ -96,7 +98,7 @@ def test_a_relaunch_runs_the_recorded_launch_into_scratch_with_its_changes(tmp_p
     relaunched = TrainerRun.read(Path(launched["env"]["QWEN3_PILOT_RECIPE"]))
     assert relaunched.steps == 1 and relaunched.parity_path == str(scratch / "parity.json")
     assert relaunched.replace(steps=10, parity_path=str((tmp_path / "parity.json").resolve())) == hf_run(tmp_path)
-    training.relaunch(tmp_path, "train_hf", "run", scratch)  # ranks per node as recorded
+    training.relaunch(tmp_path, "train_hf", "run", scratch, launcher=launcher)  # ranks per node as recorded
     assert "--nproc-per-node=2" in launched["command"]
 
 

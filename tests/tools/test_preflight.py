@@ -312,8 +312,7 @@ def finished_cpu_run(folder: Path) -> Path:
     return folder
 
 
-def test_the_forks_torchtitan_trains_each_recipes_recorded_launch_with_the_clone_first_on_the_path(
-        tmp_path, monkeypatch):
+def test_the_forks_torchtitan_trains_each_recipes_recorded_launch_with_the_clone_first_on_the_path(tmp_path):
     """fork_launches relaunches every recipe's recorded launch of the finished cpu run for 2 steps with the fork's
     clone as the torchtitan (titan_compat's relaunch, tested for real in tests/tools/test_titan_compat.py, stands
     in here); its API probe runs for real, in the clone's torchtitan."""
@@ -339,22 +338,21 @@ def test_the_forks_torchtitan_trains_each_recipes_recorded_launch_with_the_clone
         return probed[-1]
 
     real_probe = titan_compat.api_probe
-    monkeypatch.setattr(titan_compat, "api_probe", probe)
-    monkeypatch.setattr(titan_compat, "train", train)
-    figures = fork_launches(fork, run, tmp_path / "scratch")
+    # Handed in, not patched into titan_compat: a test body in another thread may be using it meanwhile.
+    figures = fork_launches(fork, run, tmp_path / "scratch", probed=probe, trained=train)
     assert relaunched == [(run, fork, recipe.stage, 2) for recipe in RECIPES]
     assert figures["steps"] == 2 and figures["level"] == "hf_datasets"
     assert figures["recipes"] == {recipe.config_function: "trained 5.000, 4.900" for recipe in RECIPES}
 
     # A recipe the fork's torchtitan cannot train fails the check, named with why (the same probe's answer: its
     # subprocess is not started a second time).
-    monkeypatch.setattr(titan_compat, "api_probe", lambda torchtitan: probed[0])
-    monkeypatch.setattr(titan_compat, "train", lambda workdir, torchtitan, recipe, steps, scratch: (
-        {"works": False, "why": "the trainer failed: KeyError: 'seq_len'"} if recipe.stage == "moe_reduced"
-        else {"works": True, "why": "trained"}))
+    def fails_moe(workdir, torchtitan, recipe, steps, scratch):
+        return ({"works": False, "why": "the trainer failed: KeyError: 'seq_len'"} if recipe.stage == "moe_reduced"
+                else {"works": True, "why": "trained"})
+
     with pytest.raises(ForkError, match=r"the fork's torchtitan \(.*\) does not train qwen3_moe_reduced: the "
                                         r"trainer failed: KeyError: 'seq_len'$"):
-        fork_launches(fork, run, tmp_path / "scratch")
+        fork_launches(fork, run, tmp_path / "scratch", probed=lambda torchtitan: probed[0], trained=fails_moe)
 
 
 # A fork whose Qwen3 recipe brings its own parallelize function and SPMD backend.

@@ -60,7 +60,7 @@ def test_a_cell_names_what_is_missing_without_who_uses_it():
     assert without_reason("no reason given") == "no reason given"
 
 
-def test_a_torchtitan_is_probed_once_per_process_and_each_caller_gets_its_own_copy(monkeypatch, tmp_path):
+def test_a_torchtitan_is_probed_once_per_process_and_each_caller_gets_its_own_copy(tmp_path):
     """The preflight's fork check and the fork's launches read the same probe: its subprocess (importing torchtitan,
     about 8 CPU-seconds) runs once."""
     import subprocess
@@ -75,9 +75,8 @@ def test_a_torchtitan_is_probed_once_per_process_and_each_caller_gets_its_own_co
         started.append(command)
         return subprocess.CompletedProcess(command, 0, json.dumps(probe) + "\n", "")
 
-    monkeypatch.setattr(titan_compat.subprocess, "run", fake_run)
     torchtitan = Torchtitan("probed-once", tmp_path)
-    first = titan_compat.api_probe(torchtitan)
+    first = titan_compat.api_probe(torchtitan, fake_run)
     first["missing_on_neuron"]["qwen3_hf"].append("changed by a caller")
-    assert titan_compat.api_probe(Torchtitan("probed-once", tmp_path)) == probe
+    assert titan_compat.api_probe(Torchtitan("probed-once", tmp_path), fake_run) == probe
     assert len(started) == 1

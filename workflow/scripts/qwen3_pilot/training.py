@@ -14,7 +14,7 @@ import json
 import math
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +146,7 @@ def launch(
 def relaunch(
     workdir: Path, stage: str, name: str, scratch: Path, *, recipe_changes: dict[str, Any] | None = None,
     added_env: dict[str, str] | None = None, ranks_per_node: int | None = None,
-    base_env: Mapping[str, str] | None = None,
+    base_env: Mapping[str, str] | None = None, launcher: Callable[..., Launch] = run_torchrun,
 ) -> Launch:
     """A trainer launch a stage recorded (results/<stage>/<name>/launch.json) run again by hand with the stages'
     own launcher, its dump folder, rank logs, recipe and parity table moved to `scratch` so that the stage's
@@ -176,8 +176,9 @@ def relaunch(
     env = {**record["env"], **(added_env or {}), RECIPE_ENV: str(recipe_path)}
     # The recorded command's paths are relative to the workflow's folder: torchrun runs there (this process's own
     # folder is left alone, as its environment is where `base_env` is given).
-    return run_torchrun(command, env, log_path=scratch / f"{name}.log", pid_dir=scratch / name,
-                        rank_log_dir=rank_logs, cwd=workdir, base_env=base_env)
+    # `launcher`: run_torchrun, or a test's own (handed in: the suite relaunches in other threads meanwhile).
+    return launcher(command, env, log_path=scratch / f"{name}.log", pid_dir=scratch / name,
+                    rank_log_dir=rank_logs, cwd=workdir, base_env=base_env)
 
 
 def launch_failure(what: str, launch_result: Launch, parity_path: Path) -> TrainingError:

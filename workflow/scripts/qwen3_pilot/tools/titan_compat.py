@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -70,16 +71,18 @@ print(json.dumps({"version": titan_api.installed_torchtitan(), "file": torchtita
 """
 
 
-def api_probe(torchtitan: Torchtitan) -> dict[str, Any]:
+def api_probe(torchtitan: Torchtitan, run: Callable[..., subprocess.CompletedProcess] = subprocess.run
+              ) -> dict[str, Any]:
     """What _API_PROBE finds in `torchtitan`, asked once per process (it imports torchtitan: about 8 CPU-seconds,
-    and the preflight's fork check and the fork's launches both read it)."""
-    return copy.deepcopy(_probed(torchtitan))
+    and the preflight's fork check and the fork's launches both read it), through `run` (subprocess.run; a test's
+    own, never by patching the module: the suite runs other tests' bodies in threads meanwhile)."""
+    return copy.deepcopy(_probed(torchtitan, run))
 
 
 @functools.cache
-def _probed(torchtitan: Torchtitan) -> dict[str, Any]:
-    result = subprocess.run([sys.executable, "-c", _API_PROBE], capture_output=True, text=True,
-                            env={**os.environ, **torchtitan.import_path()}, timeout=600)
+def _probed(torchtitan: Torchtitan, run: Callable[..., subprocess.CompletedProcess]) -> dict[str, Any]:
+    result = run([sys.executable, "-c", _API_PROBE], capture_output=True, text=True,
+                 env={**os.environ, **torchtitan.import_path()}, timeout=600)
     if result.returncode != 0:
         tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
         return {"version": "unknown", "refused": f"the API check could not run: {tail}", "level": None,
@@ -109,9 +112,11 @@ def train(workdir: Path, torchtitan: Torchtitan, recipe: Recipe, steps: int, scr
     return {"works": True, "why": "trained " + ", ".join(f"{loss:.3f}" for loss in losses), "losses": losses}
 
 
-def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dict[str, Any]:
-    """One torchtitan: per recipe (by its config function) 'works' or 'fails', and why."""
-    probe = api_probe(torchtitan)
+def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path, *, probed: Callable | None = None,
+        trained: Callable | None = None) -> dict[str, Any]:
+    """One torchtitan: per recipe (by its config function) 'works' or 'fails', and why; `probed` and `trained` stand
+    for api_probe and train where a test hands in its own."""
+    probe = (probed or api_probe)(torchtitan)
     cells = {}
     for recipe in RECIPES:
         name = recipe.config_function
@@ -122,7 +127,7 @@ def row(workdir: Path, torchtitan: Torchtitan, steps: int, scratch: Path) -> dic
             cells[name] = {"works": False, "why": f"{len(names)} name(s) missing: " + "; ".join(
                 without_reason(name) for name in names[:3]) + ("; ..." if len(names) > 3 else "")}
         else:
-            cells[name] = train(workdir, torchtitan, recipe, steps, scratch)
+            cells[name] = (trained or train)(workdir, torchtitan, recipe, steps, scratch)
     return {"torchtitan": torchtitan.label, "version": probe["version"], "level": probe["level"], "recipes": cells}
 
 

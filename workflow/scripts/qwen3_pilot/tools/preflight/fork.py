@@ -76,14 +76,16 @@ def fork_check(fork: str, ref: str, upstream: str, work: Path) -> dict[str, Any]
     return figures
 
 
-def fork_launches(clone: Path, cpu_run: Path, scratch: Path, steps: int = FORK_LAUNCH_STEPS) -> dict[str, Any]:
+def fork_launches(clone: Path, cpu_run: Path, scratch: Path, steps: int = FORK_LAUNCH_STEPS, **row_options
+                  ) -> dict[str, Any]:
     """Each recipe's recorded trainer launch of the finished cpu run in `cpu_run` again, for `steps` steps, with the
     fork's clone first on the ranks' import path (titan_compat.row: its API probe, then the relaunch): whether the
     fork's own torchtitan trains every recipe, here, on gloo ranks at the run's tiny widths. It proves the fork's
-    torchtitan API and trainer, not its neuron recipes, kernels or compiler (those need a trn2: fail_fast there)."""
+    torchtitan API and trainer, not its neuron recipes, kernels or compiler (those need a trn2: fail_fast there).
+    `row_options`: titan_compat.row's."""
     if missing := missing_launches(cpu_run):
         raise ForkError(f"{missing}, then the preflight again")
-    result = row(cpu_run, Torchtitan("fork", clone), steps, scratch)
+    result = row(cpu_run, Torchtitan("fork", clone), steps, scratch, **row_options)
     failed = {name: cell["why"] for name, cell in result["recipes"].items() if not cell["works"]}
     if failed:
         raise ForkError(f"the fork's torchtitan ({result['version']}) does not train " + "; ".join(
