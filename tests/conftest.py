@@ -228,7 +228,7 @@ def workspace(tmp_path: Path):
 
 
 # The fixtures of the shared pipeline run: a test that uses one is an end-to-end test, marked so here.
-SHARED_RUN_FIXTURES = {"trained_run", "pipeline_run", "completed_run", "copy_of_run", "run_ahead"}
+SHARED_RUN_FIXTURES = {"trained_run", "completed_run", "copy_of_run", "run_ahead"}
 
 
 def pytest_collection_finish(session):
@@ -434,27 +434,20 @@ def in_cluster(prefix: list[str], *command: str, cwd: Path | None = None, timeou
                           env=env or venv_env())
 
 
-@dataclass
-class PipelineRun:
-    """The shared run: its workspace."""
-
-    workspace: Path
-
-
 # The stages the relaunch tests read (their recorded launches), run first in the shared run: those tests then
 # run while the rest of the DAG does (`trained_run`).
 TRAINING_STAGES = tuple(recipe.stage for recipe in RECIPES)
 FIRST = ["--prioritize", *(f"results/{stage}/summary.json" for stage in TRAINING_STAGES)]
 
 
-def make_pipeline_run(root: Path) -> PipelineRun:
+def make_pipeline_run(root: Path) -> Path:
     """The whole DAG once on a small cpu config, in `shared_workspace(root)`, with Snakemake's local executor.
     (Through the test SLURM cluster it took about 40 s longer and 60 CPU-seconds more, each stage a SLURM job that
     starts Snakemake twice: tests/e2e/test_slurm.py runs a stage of each resource class and a training job there.)"""
     ws = shared_workspace(root)
     result = run_snakemake(ws, "--cores", "2", "results/report.html", *FIRST, env=venv_env(**DUMMY_SECRETS))
     assert result.returncode == 0, output(result)[-6000:]
-    return PipelineRun(ws)
+    return ws
 
 
 def shared_workspace(root: Path) -> Path:
@@ -522,15 +515,10 @@ def run_ahead(pipeline_started) -> dict[tuple[str, str], Future]:
 
 
 @pytest.fixture(scope="session")
-def pipeline_run(pipeline_started) -> PipelineRun:
-    """The one pipeline run every end-to-end check reads (make_pipeline_run), finished."""
+def completed_run(pipeline_started) -> Path:
+    """The workspace of the one pipeline run every end-to-end check reads (make_pipeline_run), finished; tests that
+    change it work on a copy (`copy_of_run`)."""
     return pipeline_started.future.result()
-
-
-@pytest.fixture(scope="session")
-def completed_run(pipeline_run) -> Path:
-    """The shared run's workspace; tests that change it work on a copy (`copy_of_run`)."""
-    return pipeline_run.workspace
 
 
 # .cache/ folders a copy of the run leaves out: torch.compile's caches and the ranks' TMPDIR.
