@@ -23,7 +23,7 @@ def hf_run(tmp_path) -> TrainerRun:
     backend = make_backend(backend_config("cpu", 2), str(tmp_path / "cache"))
     return trainer_run(stage="train_hf", backend=backend, checkpoint=tmp_path / "ckpt", corpus_dir=tmp_path / "corpus",
                        dataset="c4_test", training=TRAINING, peak_flops_per_rank=1e10,
-                       parity_path=tmp_path / "parity.json", replacements=[ROPE], lnc=2)
+                       parity_path=tmp_path / "parity.json", replacements=[ROPE])
 
 
 def test_a_run_reads_back_as_written(tmp_path):

@@ -14,8 +14,11 @@ import yaml
 from conftest import PROJECT, backend_config, default_config
 
 from qwen3_pilot.backends import (
+    BACKENDS,
     FIRST_NODE_OF_ALLOCATION,
+    BackendModule,
     apply_device_process_env,
+    backend_module,
     cache_env,
     collective_count_dtype,
     make_backend,
@@ -30,6 +33,22 @@ NEURON = {"chips": 16, "cores_per_chip": 8, "lnc": 2, "hbm_per_chip_gib": 96}
 
 def config(backend: str, ranks: int) -> dict:
     return backend_config(backend, ranks, neuron=dict(NEURON))
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_each_backend_module_is_the_declared_interface_with_its_parameters(name):
+    """What the ranks, the report and the parse-time check call by name on a backend's module: every member, each
+    function taking exactly the declared parameters (a backend's own option would leak into every caller)."""
+    import inspect
+
+    module = backend_module(name)
+    assert isinstance(module, BackendModule)
+    for member, declared in vars(BackendModule).items():
+        if callable(declared) and not member.startswith("_"):
+            wanted = [p for p in inspect.signature(declared).parameters if p != "self"]
+            got = [p for p, spec in inspect.signature(getattr(module, member)).parameters.items()
+                   if spec.default is inspect.Parameter.empty]
+            assert got == wanted, f"{name}.{member}{inspect.signature(getattr(module, member))}"
 
 
 def test_cpu_backend_uses_gloo_and_the_configured_ranks(tmp_path):

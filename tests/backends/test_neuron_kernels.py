@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from qwen3_pilot.backends.neuron import nki_rope
-from qwen3_pilot.titan.kernels.rope import SeqLenRuleError
+from qwen3_pilot.backends.neuron.kernel_rules import SeqLenRuleError
 
 LNC = 2
 SEQ = 128 * LNC
@@ -144,16 +144,20 @@ from nkilib.core.embeddings.rope_hf import LAUNCHES
 from qwen3_pilot.titan.kernels import rope  # defines the plain op, with its cpu implementation only
 from qwen3_pilot.backends.neuron.in_process import install_kernels
 before = hasattr(torch.ops.qwen3_pilot, "rope_hf_nki")
-implementations = install_kernels(2)
-module = rope.HFLayoutRoPE(rope.HFLayoutRoPE.Config(dim=16, max_seq_len=512, lnc=2))
+implementations = install_kernels({"NEURON_LOGICAL_NC_CONFIG": "2"})  # as the backend's launch sets it
+module = rope.HFLayoutRoPE(rope.HFLayoutRoPE.Config(dim=16, max_seq_len=512))
 q = torch.zeros(1, 256, 4, 16, requires_grad=True)
 k = torch.zeros(1, 256, 2, 16, requires_grad=True)
 q_out, k_out = module(q, k)
 (q_out.sum() + k_out.sum()).backward()
+# kernel_numerics' check of the backend's rule, through the module and the installed kernel as on a trn2.
+from qwen3_pilot.backends.neuron.kernel_rules import kernel_rules
+from qwen3_pilot.stages.kernel_numerics.rope_checks import seq_len_rule_check
+rule_check = seq_len_rule_check(kernel_rules({"neuron": {"lnc": 2}})["rope_hf"])
 print(json.dumps({"before": before, "after": hasattr(torch.ops.qwen3_pilot, "rope_hf_nki"),
                   "registered": torch_neuronx.REGISTERED, "launches": LAUNCHES, "implementations": implementations,
                   "q_out": sorted(set(q_out.flatten().tolist())), "k_out": sorted(set(k_out.flatten().tolist())),
-                  "q_grad": sorted(set(q.grad.flatten().tolist()))}))
+                  "q_grad": sorted(set(q.grad.flatten().tolist())), "rule": rule_check}))
 """
 
 
@@ -174,10 +178,24 @@ def test_call_shape_install_kernels_registers_the_nki_rope_through_nki_op_and_th
     assert seen["before"] is False and seen["after"] is True
     assert seen["registered"] == [{"name": "qwen3_pilot::rope_hf_nki", "mutates_args": []}]
     # The forward on 2 logical cores, then the backward: the same kernel in its backward mode.
-    assert seen["launches"] == [{"grid": 2, "backward": False}, {"grid": 2, "backward": True}]
+    assert seen["launches"][:2] == [{"grid": 2, "backward": False}, {"grid": 2, "backward": True}]
     assert seen["q_out"] == [MARK] and seen["k_out"] == [-MARK]
     assert seen["q_grad"] == [1.0 + MARK]  # the kernel's backward of a gradient of ones
     assert seen["implementations"]["rope_hf"] == (
         "NKI: nkilib.core.embeddings.rope_hf.rope_hf[2] on 2 logical core(s) per rank, registered with "
         "torch_neuronx.nki_op")
     assert seen["implementations"]["moe_grouped_experts"].startswith("torch._grouped_mm on the neuron device")
+    # The rule fires in the installed kernel, before a launch: 384 = 3 x 128 is no multiple of 128 x LNC 2.
+    rule = seen["rule"]
+    assert rule["verdict"] == "pass" and rule["required_multiple"] == 256
+    assert rule["good"] == {"seq_len": 256, "raised": False, "error": None}
+    assert rule["bad"]["seq_len"] == 384 and "is not a multiple of 128 x LNC = 128 x 2" in rule["bad"]["error"]
+    assert seen["launches"][2:] == [{"grid": 2, "backward": False}]  # the good length's forward only
+
+
+def test_the_kernels_refuse_to_install_without_the_runtimes_lnc():
+    from qwen3_pilot.backends.neuron.in_process import runtime_lnc
+
+    assert runtime_lnc({"NEURON_LOGICAL_NC_CONFIG": "1"}) == 1
+    with pytest.raises(RuntimeError, match=r"NEURON_LOGICAL_NC_CONFIG='': the neuron kernels launch on the runtime"):
+        runtime_lnc({})

@@ -104,7 +104,7 @@ def test_kernel_numerics_table_counts_and_training(completed_run):
     for row in rows:
         assert {"op", "dtype", "shape", "max_abs_diff", "tolerance"} <= set(row)
     assert figures["replacement_counts"]["dense"]["rope_hf"] > 0
-    assert figures["seq_len_rule"]["bad"]["raised"]
+    assert figures["seq_len_rule"] == {"applies": False, "verdict": "pass"}  # the cpu kernels take every length
     assert figures["replaced_model_trains"]
     compiled = figures["compile"]
     assert compiled["backend"] == "aot_eager" and compiled["models"]["dense"]["verdict"] == "pass"  # conftest.SMALL

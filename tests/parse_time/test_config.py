@@ -72,11 +72,15 @@ def test_an_old_key_name_is_refused_with_its_new_name():
     check_renamed_keys(default_config())  # the shipped configs use the new names
 
 
-def test_seq_len_the_rope_kernel_cannot_take_stops_the_run(workspace):
-    ws = workspace({"training": {"seq_len": 384}})
-    result = run_snakemake(ws, "-n")
+def test_seq_len_the_neuron_rope_kernel_cannot_take_stops_a_trn2_run_and_not_a_cpu_one(workspace):
+    """The NKI kernel's rule is the neuron backend's (backends/neuron/config_rules.py): a trn2 config breaking it
+    stops at parse time; the cpu backend's kernels take the same length."""
+    ws = workspace()
+    (ws / "config" / "seq_len_384.yaml").write_text("training:\n  seq_len: 384\n")
+    result = run_snakemake(ws, "-n", "--configfile", "config/trn2.yaml", "config/seq_len_384.yaml")
     assert result.returncode != 0
     assert "training.seq_len = 384: must be a multiple of 128 x neuron.lnc = 256" in output(result)
+    assert config_problems(default_config({"training": {"seq_len": 384}, "fail_fast": {"seq_len": 384}})) == []
 
 
 def test_defaults_fill_in_and_the_default_config_passes():
@@ -120,7 +124,8 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
          " = 1 x 2 x 1 = 2"),
         (lambda c: c["fixture"].update(num_key_value_heads=3),
          "fixture.num_key_value_heads = 3: must divide fixture.num_attention_heads = 4"),
-        (lambda c: c["neuron"].update(lnc=1) or c["training"].update(seq_len=200),
+        (lambda c: c.update(backend="neuron", ranks=128) or c["neuron"].update(lnc=1)
+         or c["training"].update(seq_len=200),
          "training.seq_len = 200: must be a multiple of 128 x neuron.lnc = 128"),
         (lambda c: c.update(backend="neuron", ranks=64),
          "weights.source = 'fixture': the neuron backend trains the published weights"),
@@ -133,7 +138,7 @@ def test_trn2_config_is_valid_and_has_the_pilot_values():
         (lambda c: c.update(backend="neuron", ranks=64) or c["fail_fast"].update(compile_backend="aot_eager"),
          "fail_fast.compile_backend = 'aot_eager': the neuron backend compiles with its own (torch-neuronx's); "
          "allowed on neuron: 'default'"),
-        (lambda c: c["fail_fast"].update(seq_len=200),
+        (lambda c: c.update(backend="neuron", ranks=64) or c["fail_fast"].update(seq_len=200),
          "fail_fast.seq_len = 200: must be a multiple of 128 x neuron.lnc = 256"),
         (lambda c: c["benchmark"]["price"].update(per_hour=40.0, kind="on-demand"),
          "benchmark.price.per_hour = 40.0: also set benchmark.price.region, benchmark.price.as_of, "

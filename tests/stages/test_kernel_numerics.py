@@ -11,6 +11,8 @@ import pytest
 import torch
 from conftest import default_config
 
+from qwen3_pilot.backends import cpu as cpu_backend
+from qwen3_pilot.backends.neuron.kernel_rules import check_seq_len, kernel_rules
 from qwen3_pilot.parse_time.config import deep_update, stage_judging, stage_measuring
 from qwen3_pilot.stages import kernel_numerics
 from qwen3_pilot.stages.kernel_numerics import compile_checks, judging, tiny_models
@@ -32,7 +34,7 @@ ROPE_TOLERANCES = NUMERICS["rope"]["tolerances"]
 MOE_TOLERANCES = NUMERICS["moe"]["tolerances"]
 
 
-def sign_flipped_rope(q, k, cos, sin, lnc=None):
+def sign_flipped_rope(q, k, cos, sin):
     """rotate_half with the sign on the wrong half: a rotation by -angle."""
 
     def wrong(x):
@@ -43,7 +45,7 @@ def sign_flipped_rope(q, k, cos, sin, lnc=None):
     return wrong(q), wrong(k)
 
 
-def swapped_halves_rope(q, k, cos, sin, lnc=None):
+def swapped_halves_rope(q, k, cos, sin):
     """Pairs dimension i with i+1 (interleaved, ComplexRoPE's convention) instead of i + head_dim/2."""
 
     def wrong(x):
@@ -143,7 +145,7 @@ def test_wrong_rope_is_reported(wrong_rope):
     assert len(problems) == len(rows) and "rope_forward_q float32" in problems[0]
 
 
-def bf16_stepwise_rope(q, k, cos, sin, lnc=None):
+def bf16_stepwise_rope(q, k, cos, sin):
     """The NKI rope_hf kernel's arithmetic: cos/sin loaded in q's dtype, q * cos and rotate_half(q) * sin
     each rounded to it, then their sum (bfloat16 tensors round every op; autograd's backward does the same)."""
 
@@ -189,32 +191,53 @@ def test_rope_backward_mode_is_the_transpose_of_forward():
     assert abs(difference) <= 1e-6 * products.abs().sum()
 
 
-# ---- the NKI sequence-length rule ----
+# ---- a backend's sequence-length rule (the NKI kernel's, backends/neuron/kernel_rules.py) ----
+
+NEURON_ROPE_RULE = kernel_rules({"neuron": {"lnc": 2}})["rope_hf"]
 
 
-def test_seq_len_rule_check_shows_the_error_firing():
-    check = seq_len_rule_check(lnc=2)
+@pytest.fixture
+def rule_enforcing_kernel():
+    """The plain op behind the NKI kernel's own check, as backends/neuron/nki_rope.py runs it before each launch:
+    what the RoPE module calls on a trn2, on this machine."""
+
+    def checked(q, k, cos, sin, backward):
+        check_seq_len(q.shape[2], 2)
+        return rope_kernel.rope_hf(q, k, cos, sin, backward)
+
+    rope_kernel.use_rope_op(checked)
+    yield
+    rope_kernel.use_rope_op(rope_kernel.rope_hf)
+
+
+def test_seq_len_rule_check_shows_the_installed_kernels_rule_firing(rule_enforcing_kernel):
+    check = seq_len_rule_check(NEURON_ROPE_RULE)
     assert check["verdict"] == "pass" and seq_len_rule_problems(check) == []
     assert check["good"] == {"seq_len": 256, "raised": False, "error": None}
     assert check["bad"]["seq_len"] == 384 and check["bad"]["raised"]
     assert "seq_len=384" in check["bad"]["error"] and "128 x LNC = 128 x 2 = 256" in check["bad"]["error"]
 
 
-def test_seq_len_rule_raises_with_a_clear_message_in_the_model_path():
-    rope = rope_kernel.HFLayoutRoPE(rope_kernel.HFLayoutRoPE.Config(dim=16, max_seq_len=512, lnc=2))
+def test_the_rope_module_takes_any_length_unless_the_installed_kernel_has_a_rule(rule_enforcing_kernel):
+    rope = rope_kernel.HFLayoutRoPE(rope_kernel.HFLayoutRoPE.Config(dim=16, max_seq_len=512))
     x = torch.randn(1, 128, 2, 16)
     with pytest.raises(ValueError, match=r"seq_len=128 is not a multiple of 128 x LNC = 128 x 2 = 256"):
         rope(x, x)
-    rope.lnc = 1
-    rope(x, x)
-    rope.lnc = None  # plain cpu: no kernel rule
+    rope_kernel.use_rope_op(rope_kernel.rope_hf)  # the cpu backend's: no rule
     rope(x[:, :100], x[:, :100])
 
 
-def test_seq_len_rule_problem_when_the_check_does_not_fire():
-    check = seq_len_rule_check(lnc=1, bad_seq_len=256)  # 256 is a multiple of 128: no error
+def test_seq_len_rule_problem_when_the_installed_kernel_does_not_enforce_it():
+    check = seq_len_rule_check(NEURON_ROPE_RULE)  # the plain op: no check before the "launch"
     assert check["verdict"] == "fail"
-    assert "did not raise" in seq_len_rule_problems(check)[0]
+    assert seq_len_rule_problems(check) == [
+        "seq_len_rule: seq_len=384 is not a multiple of 256 (the NKI rope_hf kernel tiles the sequence in blocks of "
+        "128 rows per logical core (128 x LNC 2)) but did not raise"]
+
+
+def test_a_backend_without_a_kernel_rule_has_nothing_to_check():
+    check = seq_len_rule_check(cpu_backend.kernel_rules(default_config()).get("rope_hf"))
+    assert check == {"applies": False, "verdict": "pass"} and seq_len_rule_problems(check) == []
 
 
 # ---- MoE experts ----
@@ -245,7 +268,7 @@ SMALL_TRAIN = {"steps": 2, "batch": 1}
 def test_training_through_a_wrong_rope_is_reported():
     train = deep_update(NUMERICS, {"train": SMALL_TRAIN})["train"]
     train["moe"]["layers"] = 1
-    trained = tiny_models.replaced_model_trains(train, lnc=2, log=lambda line: None, rope_apply=sign_flipped_rope)
+    trained = tiny_models.replaced_model_trains(train, log=lambda line: None, rope_apply=sign_flipped_rope)
     problems = judging.judged_trains(trained["trains"], NUMERICS["train"]["tiny_model_loss_tolerance"])
     assert trained["trains"]["dense"]["verdict"] == "fail"
     assert problems[0].startswith("trains: dense: losses with replacements differ")
@@ -263,7 +286,7 @@ def test_kernel_numerics_measures_without_its_tolerances_and_the_judge_passes_it
     measuring = stage_measuring({"kernel_numerics": settings}, "kernel_numerics")
     assert "tolerance" not in json.dumps(measuring)
     config = deep_update(measuring, {"compile": {"cache_dir": str(tmp_path / "inductor")}})
-    config |= {"lnc": 2, "device": "cpu"}
+    config |= {"kernel_rules": cpu_backend.kernel_rules(default_config()), "device": "cpu"}
     lines: list[str] = []
     figures = kernel_numerics.measure(config, log=lines.append)
 
@@ -296,7 +319,7 @@ def test_kernel_numerics_measures_without_its_tolerances_and_the_judge_passes_it
 def test_a_replacement_count_off_one_per_layer_fails_the_measurement_itself():
     """No tolerance decides it: the stage fails before the judge runs."""
     train = {"dense": {"layers": 2}, "moe": {"layers": 2}}
-    figures = {"seq_len_rule": seq_len_rule_check(lnc=2),
+    figures = {"seq_len_rule": seq_len_rule_check(None),
                "replacement_counts": {"dense": {"rope_hf": 2}, "moe": {"rope_hf": 2, "moe_grouped_experts": 1}}}
     assert kernel_numerics.intrinsic_problems(figures, train) == [
         "replacement_counts: moe: rule moe_grouped_experts replaced 1 modules, model has 2 layers"]

@@ -51,7 +51,6 @@ class TrainerRun:
     native_flavor: str | None = None  # the native recipe's registered flavor; None: sized from config.json
     accepted_differences: tuple[str, ...] = ()  # parity fields allowed to differ (their reasons are the judge's)
     replacements: tuple[dict[str, str], ...] = ()  # kernel replacements: {kernel, layers, module} each
-    lnc: int | None = None  # the LNC whose kernel rules the replacements enforce (neuron)
     # False: torchtitan's checkpointing off: random init, nothing saved or exported (the control run, the benchmark).
     use_checkpoint: bool = True
     compile_backend: str | None = None  # torch.compile with this backend; None: eager

@@ -48,7 +48,7 @@ STEP_METRICS = {
 
 def trainer_run(
     *, stage: str, backend: Backend, checkpoint: Path, corpus_dir: Path, dataset: str, training: dict[str, Any],
-    peak_flops_per_rank: float, parity_path: Path, replacements: list[dict[str, str]] = (), lnc: int | None = None,
+    peak_flops_per_rank: float, parity_path: Path, replacements: list[dict[str, str]] = (),
 ) -> TrainerRun:
     """The run a stage asks its ranks for, from its part of config `training` (config.stage_training); a recipe's
     own settings (the reduced MoE's spec, a control's random init) are laid over it with TrainerRun.replace."""
@@ -75,9 +75,7 @@ def trainer_run(
         accepted_differences=tuple(sorted(training["accepted_differences"].get(stage, []))),
         peak_flops_per_rank=peak_flops_per_rank,
         parity_path=str(parity_path.resolve()),
-        # Kernel replacements (config kernels.<stage>) and the LNC whose kernel rules they enforce.
-        replacements=tuple(replacements),
-        lnc=lnc,
+        replacements=tuple(replacements),  # config kernels.<stage>
     )
 
 

@@ -1,7 +1,9 @@
-"""One module per backend, each exposing `make_backend(config) -> Backend`.
+"""One module per backend (`cpu.py`, the `neuron/` package), each the `BackendModule` below: `make_backend(config)
+-> Backend` for the stages, and the few functions other processes call on it by name (the trainer's ranks, the
+report, the parse-time config check).
 
-The stages only talk to the `Backend` interface; everything backend-specific (device, process group,
-launcher environment, topology, system versions) lives in that backend's module.
+The stages only talk to these; everything backend-specific (device, process group, launcher environment, topology,
+system versions, kernels and the rules they enforce, config rules) lives in that backend's module.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import subprocess
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 BACKENDS = ("cpu", "neuron")
 # The config keys a backend is built from: the rules pass only these (other edits leave the stages cached).
@@ -161,7 +163,34 @@ class Backend:
         return options
 
 
-def backend_module(name: str):
+@runtime_checkable
+class BackendModule(Protocol):
+    """What a backend's module provides (`backend_module(name)`); tests/backends/test_backends.py holds each to it."""
+
+    REPORT_TITLE: str  # the report's title on this backend: what ran
+
+    def make_backend(self, config: dict[str, Any], cache_root: str) -> Backend: ...
+
+    def config_problems(self, config: dict[str, Any]) -> list[str]:
+        """The backend's own rules on the configuration, at parse time (each names the key and what is allowed)."""
+
+    def report_caveat(self, figures: dict[str, dict[str, Any]]) -> str | None:
+        """The report's first line on this backend (what its figures do not prove), or None."""
+
+    def prepare_torchtitan(self) -> list[str]:
+        """In every trainer rank, before torchtitan runs: what the backend changed (its workarounds), in words."""
+
+    def install_kernels(self) -> dict[str, str]:
+        """In a process that runs the replaced modules: the backend's implementation of each kernel put in place;
+        returns which runs, per kernel. Its options (neuron: the LNC) come from the process's environment, which
+        the backend's launch set."""
+
+    def kernel_rules(self, config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Per kernel, the sequence lengths its implementation takes (`seq_multiple`, `bad_seq_len`, `why`); empty
+        where it takes every length. kernel_numerics shows each rule firing through the installed kernel."""
+
+
+def backend_module(name: str) -> BackendModule:
     if name not in BACKENDS:
         raise ValueError(f"backend = {name!r}: allowed: {', '.join(BACKENDS)}")
     return importlib.import_module(f"{__name__}.{name}")

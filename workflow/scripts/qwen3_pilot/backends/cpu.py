@@ -149,9 +149,19 @@ class _PeakRssMonitor:
         pass  # ru_maxrss cannot be reset: the figure is the peak since the process started
 
 
-def install_kernels(lnc: int | None) -> dict[str, str]:
+def install_kernels() -> dict[str, str]:
     """The cpu implementation of every kernel is the PyTorch one each kernel module registers itself
     (`qwen3_pilot::rope_hf`'s composite, `torch._grouped_mm`): nothing to install. Returns which runs."""
     from ..titan.kernels import KERNELS, implementation
 
     return {kernel: implementation(kernel) for kernel in KERNELS}
+
+
+def kernel_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The PyTorch implementations take every shape their op's contract allows: no kernel rule of their own."""
+    return {}
+
+
+def config_problems(config: dict[str, Any]) -> list[str]:
+    """The cpu backend takes every configuration the schema and the shared rules allow."""
+    return []

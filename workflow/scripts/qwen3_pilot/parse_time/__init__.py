@@ -5,5 +5,5 @@
 Torch-free: the Snakefile parses in well under a second.
 
 The stage list is the stages' own (qwen3_pilot.stages); the stage processes import config.py's constants and
-helpers too (config.deep_update, NKI_ROPE_TILE).
+helpers too (config.deep_update). The configured backend's own rules are its config_problems (backends/).
 """

@@ -9,18 +9,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..backends import backend_module
+from ..backends.neuron.config_rules import hbm_per_rank_gib
 from ..problems import problem_list
 from ..recipe_registry import FROM_FETCHED_WEIGHTS_STAGES, RECIPES
-
-NKI_ROPE_TILE = 128  # the NKI RoPE kernel tiles the sequence in blocks of 128 x LNC
 
 
 class ConfigError(ValueError):
     pass
-
-
-def expected_neuron_ranks(neuron: dict[str, Any]) -> int:
-    return neuron["chips"] * neuron["cores_per_chip"] // neuron["lnc"]
 
 
 # Keys renamed so that every per-stage key is named by its stage (as kernels.<stage> is) and no two keys share a
@@ -60,26 +56,7 @@ def check_renamed_keys(config: dict[str, Any]) -> None:
 def config_problems(config: dict[str, Any]) -> list[str]:
     """Every cross-key rule the config breaks, each naming the key, the value and what is allowed."""
     problems = []
-    neuron, training = config["neuron"], config["training"]
-    lnc = neuron["lnc"]
-
-    fail_fast = config["fail_fast"]
-    for key, seq_len in (("training.seq_len", training["seq_len"]), ("fail_fast.seq_len", fail_fast["seq_len"])):
-        if seq_len % (NKI_ROPE_TILE * lnc):
-            problems.append(
-                f"{key} = {seq_len}: must be a multiple of {NKI_ROPE_TILE} x neuron.lnc "
-                f"= {NKI_ROPE_TILE * lnc} (the NKI RoPE kernel's tile)"
-            )
-
-    if (neuron["cores_per_chip"] % lnc) != 0:
-        problems.append(
-            f"neuron.cores_per_chip = {neuron['cores_per_chip']}: must be divisible by neuron.lnc = {lnc}"
-        )
-    elif config["backend"] == "neuron" and config["ranks"] != expected_neuron_ranks(neuron):
-        problems.append(
-            f"ranks = {config['ranks']}: on the neuron backend it must equal chips x cores_per_chip / lnc "
-            f"= {neuron['chips']} x {neuron['cores_per_chip']} / {lnc} = {expected_neuron_ranks(neuron)}"
-        )
+    training = config["training"]
 
     per_step = training["local_batch_size"] * config["ranks"] * config["nodes"]
     if training["global_batch_size"] % per_step:
@@ -95,15 +72,6 @@ def config_problems(config: dict[str, Any]) -> list[str]:
             f"fixture.num_key_value_heads = {fixture['num_key_value_heads']}: must divide "
             f"fixture.num_attention_heads = {fixture['num_attention_heads']} (grouped-query attention)"
         )
-    if config["backend"] == "neuron" and training["attention"] != "sdpa":
-        problems.append(
-            f"training.attention = {training['attention']!r}: flex attention compiles with inductor and Triton, "
-            "which the neuron backend does not have; allowed on neuron: 'sdpa'"
-        )
-    if config["backend"] == "neuron" and config["weights"]["source"] == "fixture":
-        problems.append(
-            "weights.source = 'fixture': the neuron backend trains the published weights; allowed: 'hub'"
-        )
     bench = config["benchmark"]
     price = bench["price"]
     if price["per_hour"] is not None:
@@ -111,10 +79,6 @@ def config_problems(config: dict[str, Any]) -> list[str]:
         if unsaid:
             problems.append(f"benchmark.price.per_hour = {price['per_hour']}: also set benchmark.price."
                             + ", benchmark.price.".join(unsaid) + " (which price it is, where, when, and from where)")
-    for key, backend in (("benchmark", bench["compile_backend"]), ("fail_fast", fail_fast["compile_backend"])):
-        if config["backend"] == "neuron" and backend != "default":
-            problems.append(f"{key}.compile_backend = {backend!r}: the neuron backend compiles with its own "
-                            "(torch-neuronx's); allowed on neuron: 'default'")
     outside = [r for r in bench["compile_recipes"] if r not in bench["recipes"]]
     if outside:
         problems.append(f"benchmark.compile_recipes = {bench['compile_recipes']}: {', '.join(outside)} not in "
@@ -127,7 +91,8 @@ def config_problems(config: dict[str, Any]) -> list[str]:
     baseline = config["report"]["baseline"]
     if baseline:
         problems.extend(baseline_problems(Path(baseline), config["backend"]))
-    return problems
+    # The configured backend's own rules (backends/<backend>: what its devices, kernels and compiler take).
+    return problems + backend_module(config["backend"]).config_problems(config)
 
 
 def baseline_problems(path: Path, backend: str) -> list[str]:
@@ -153,22 +118,14 @@ def baseline_problems(path: Path, backend: str) -> list[str]:
 def fill_derived(config: dict[str, Any]) -> dict[str, Any]:
     """After `validate()`: the keys whose null means "derived from other keys". training.global_batch_size
     = null is one sequence per rank per step (local batch x ranks x nodes), so a config keeps working when
-    `nodes` changes; plan.hbm_per_rank_gib = null is a rank's share of a chip's HBM at neuron.lnc."""
+    `nodes` changes; plan.hbm_per_rank_gib = null is a trn2 rank's share of a chip's HBM (the plan is of the trn2
+    target on every backend, so the neuron backend's topology answers)."""
     training = config["training"]
     if training["global_batch_size"] is None:
         training["global_batch_size"] = training["local_batch_size"] * config["ranks"] * config["nodes"]
     if config["plan"]["hbm_per_rank_gib"] is None:
         config["plan"]["hbm_per_rank_gib"] = hbm_per_rank_gib(config["neuron"])
     return config
-
-
-def hbm_per_rank_gib(neuron: dict[str, Any]) -> float:
-    """A rank's share of a chip's HBM: one rank per logical core, cores_per_chip / lnc of them per chip (96 GiB
-    / 4 = 24 at LNC=2, 96 / 8 = 12 at LNC=1)."""
-    share = neuron["hbm_per_chip_gib"] / (neuron["cores_per_chip"] / neuron["lnc"])
-    # A whole number stays an int: the same figure a config wrote as 24 must not read as a changed param (24.0)
-    # and rerun verify_ranks and everything after it.
-    return int(share) if float(share).is_integer() else share
 
 
 def resolve_config(config: dict[str, Any]) -> dict[str, Any]:

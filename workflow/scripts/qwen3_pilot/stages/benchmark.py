@@ -60,7 +60,7 @@ def run(
             trainer = trainer_run(
                 stage=name, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
                 training=bench_training, peak_flops_per_rank=peak, parity_path=folder / PARITY_FILE,
-                replacements=replacements, lnc=backend_config["neuron"]["lnc"],
+                replacements=replacements,
             ).replace(**run_changes(compiled_with))
             if name == "moe_reduced":
                 spec = model_spec(moe, moe["width"], vocab_size, training["seq_len"])

@@ -34,7 +34,7 @@ def run(
         stage=CONVERGENCE.stage, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
         training={**training, "steps": convergence["steps"], "lr": convergence["lr"] or training["lr"]},
         peak_flops_per_rank=ranks_peak_flops(ranks_record),
-        parity_path=parity_path, replacements=kernels["rules"], lnc=backend_config["neuron"]["lnc"],
+        parity_path=parity_path, replacements=kernels["rules"],
     ).replace(validation_path=str(heldout_dir.resolve()), validation_every=convergence["eval_every"],
               validation_batches=convergence["eval_batches"])
     launched, steps = launch_and_read(

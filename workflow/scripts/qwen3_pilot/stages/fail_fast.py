@@ -76,7 +76,7 @@ def tiny_training(training: dict[str, Any], settings: dict[str, Any]) -> dict[st
 
 
 def recipe_check(recipe: Recipe, *, backend, checkpoint: Path, corpus_dir: Path, dataset: str, settings: dict[str, Any],
-                 training: dict[str, Any], replacements: list[dict[str, str]], moe: dict[str, Any], lnc: int | None,
+                 training: dict[str, Any], replacements: list[dict[str, str]], moe: dict[str, Any],
                  work: Path, log_path: Path) -> dict[str, Any]:
     """The recipe's API check, then its own launch as its stage builds it, at the tiny checkpoint and widths, for
     `steps` steps on `ranks` ranks, and for a recipe trained from the fetched weights its Hugging Face export: the
@@ -93,7 +93,7 @@ def recipe_check(recipe: Recipe, *, backend, checkpoint: Path, corpus_dir: Path,
                       dataset=dataset, training=tiny_training(training, settings),
                       # MFU is none of this stage's business: the backend's nominal peak, or 0 (torchtitan's own).
                       peak_flops_per_rank=backend.peak_flops_per_rank or 0.0,
-                      parity_path=folder / PARITY_FILE, replacements=replacements, lnc=lnc)
+                      parity_path=folder / PARITY_FILE, replacements=replacements)
     if not recipe.from_fetched_weights:  # the reduced MoE: random init, its own widths
         vocab = read_checkpoint_values(checkpoint)["vocab_size"]
         spec = model_spec(moe, settings["moe_width"], vocab, settings["seq_len"])
@@ -106,8 +106,8 @@ def recipe_check(recipe: Recipe, *, backend, checkpoint: Path, corpus_dir: Path,
     return {"losses": [step["loss"] for step in steps]}
 
 
-def compiled_block_check(settings: dict[str, Any], replacements: list[dict[str, str]], lnc: int | None,
-                         compile_backend: str, device: str) -> dict[str, Any]:
+def compiled_block_check(settings: dict[str, Any], replacements: list[dict[str, str]], compile_backend: str,
+                         device: str) -> dict[str, Any]:
     """One reduced-MoE decoder block at tiny widths with the moe_reduced stage's kernel replacements, forward and
     backward eagerly and under torch.compile(`compile_backend`): the largest differences, and that both are
     finite (a compile that fails raises here)."""
@@ -122,7 +122,7 @@ def compiled_block_check(settings: dict[str, Any], replacements: list[dict[str, 
     block = settings["block"]
     torch.manual_seed(0)
     config = apply_converters(tiny_titan_config(block, settings["seq_len"], moe=True), kernel_converters(
-        replacements, lnc))
+        replacements))
     model = config.build()
     model.init_states()
     model = model.to(device)
@@ -142,7 +142,6 @@ def run(*, backend_config: dict[str, Any], settings: dict[str, Any], training: d
     from ..training import clear_run_dir, usable_backend
 
     backend = usable_backend("fail_fast", backend_config, cache_root)
-    lnc = backend_config["neuron"]["lnc"] if backend.name == "neuron" else None
     clear_run_dir(work)
     compile_backend = backend.compile_backend if settings["compile_backend"] == "default" else settings[
         "compile_backend"]
@@ -151,12 +150,12 @@ def run(*, backend_config: dict[str, Any], settings: dict[str, Any], training: d
     checks = [
         timed_check("recipe", recipe.stage, lambda recipe=recipe: recipe_check(
             recipe, backend=backend, checkpoint=checkpoint, corpus_dir=corpus_dir, dataset=dataset, settings=settings,
-            training=training[recipe.stage], replacements=kernels[recipe.stage], moe=moe, lnc=lnc, work=work,
+            training=training[recipe.stage], replacements=kernels[recipe.stage], moe=moe, work=work,
             log_path=log_path), log)
         for recipe in RECIPES
     ]
     checks.append(timed_check("graph", f"reduced-MoE decoder block, kernels replaced, torch.compile({compile_backend})",
-                              lambda: compiled_block_check(settings, kernels["moe_reduced"], lnc, compile_backend,
+                              lambda: compiled_block_check(settings, kernels["moe_reduced"], compile_backend,
                                                            backend.device_type), log))
     seconds = round(time.perf_counter() - started, 2)
     record_measured(checks=checks, seconds=seconds)

@@ -50,7 +50,6 @@ def run(
         training=training, peak_flops_per_rank=ranks_peak_flops(ranks_record),
         # Unused by this recipe (no checkpoint to match); launch_failure looks for it.
         parity_path=recipe_path.with_name(PARITY_FILE), replacements=kernels["rules"],
-        lnc=backend_config["neuron"]["lnc"],
     ).replace(**reduced_moe_changes(trained_spec, run_dir / ROUTER_LOAD_FILE))
     run, steps = launch_and_read(
         STAGE, backend, trainer, config_function=recipe_of(STAGE).config_function, recipe_path=recipe_path,

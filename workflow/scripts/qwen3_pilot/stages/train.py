@@ -42,7 +42,6 @@ def run(
     trainer = trainer_run(
         stage=stage, backend=backend, checkpoint=checkpoint_dir, corpus_dir=corpus_dir, dataset=dataset,
         training=training, peak_flops_per_rank=peak, parity_path=parity_path, replacements=kernels["rules"],
-        lnc=backend_config["neuron"]["lnc"],
     )
     control_recipe = recipe_path.with_name(CONTROL_RECIPE)
     runs: dict[str, Launch] = {}

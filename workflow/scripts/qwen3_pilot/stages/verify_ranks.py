@@ -11,8 +11,8 @@ from ..ranks import verify_ranks
 
 
 def hbm_budget(configured_gib: float, topology: dict[str, Any] | None) -> tuple[float, str]:
-    """The plan's HBM budget per rank: the configured one (plan.hbm_per_rank_gib, by default a chip's HBM at
-    neuron.lnc), or what neuron-ls reports per logical core (= per rank) where that is smaller, and where the
+    """The plan's HBM budget per rank: the configured one (plan.hbm_per_rank_gib, by default a trn2 rank's share of
+    a chip's HBM), or what neuron-ls reports per logical core (= per rank) where that is smaller, and where the
     figure came from."""
     measured = (topology or {}).get("hbm_per_rank_gib")
     if measured is not None and measured < configured_gib:

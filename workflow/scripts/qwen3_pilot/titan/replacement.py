@@ -61,9 +61,6 @@ class KernelReplacement(ModelConfigConverter):
         module: str | None = None
         """fnmatch pattern over module paths inside a layer; None: the kernel's own module."""
 
-        lnc: int | None = None
-        """The neuron LNC whose kernel rules apply (RoPE: seq len a multiple of 128 x LNC); None: none."""
-
     def __init__(self, config: Config, **kwargs):
         self.config = config
         self.kernel = known_kernel(config.kernel)
@@ -74,8 +71,7 @@ class KernelReplacement(ModelConfigConverter):
         source_cls, target_cls = _source_and_target(self.kernel.name)
         for path, cfg, parent, attr in planned:
             values = {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.init}
-            extra = {"lnc": self.config.lnc} if self.kernel.name == "rope_hf" else {}
-            replaced = target_cls.Config(**values, kernel=self.kernel.name, module_path=path, **extra)
+            replaced = target_cls.Config(**values, kernel=self.kernel.name, module_path=path)
             if isinstance(parent, list):
                 parent[attr] = replaced
             else:
@@ -116,12 +112,10 @@ class KernelReplacement(ModelConfigConverter):
         return single
 
 
-def kernel_converters(rules: list[dict], lnc: int | None) -> list[KernelReplacement.Config]:
+def kernel_converters(rules: list[dict]) -> list[KernelReplacement.Config]:
     """Converter configs from the rules as config and recipes hold them: {kernel, layers, module}."""
     return [
-        KernelReplacement.Config(
-            kernel=rule["kernel"], layers=rule.get("layers", "*"), module=rule.get("module"), lnc=lnc
-        )
+        KernelReplacement.Config(kernel=rule["kernel"], layers=rule.get("layers", "*"), module=rule.get("module"))
         for rule in rules
     ]
 

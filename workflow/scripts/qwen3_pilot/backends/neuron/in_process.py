@@ -116,9 +116,24 @@ NEURON_EXPERTS_IMPLEMENTATION = (
 NKI_ROPE_MODULE = "nkilib.core.embeddings.rope_hf"
 
 
-def install_kernels(lnc: int) -> dict[str, str]:
+# The runtime's LNC, which device_process_env sets in every process that uses the device (a rank, or
+# kernel_numerics' own process): the kernel's launch grid must be the logical cores the runtime gives a rank.
+RUNTIME_LNC_VAR = "NEURON_LOGICAL_NC_CONFIG"
+
+
+def runtime_lnc(environ: dict[str, str] | None = None) -> int:
+    environ = os.environ if environ is None else environ
+    value = environ.get(RUNTIME_LNC_VAR, "")
+    if not value.isdigit():
+        raise RuntimeError(f"{RUNTIME_LNC_VAR}={value!r}: the neuron kernels launch on the runtime's logical cores, "
+                           "and the backend's launch sets this variable (device_process_env); a process that uses "
+                           "the device without it cannot size the kernel's grid")
+    return int(value)
+
+
+def install_kernels(environ: dict[str, str] | None = None) -> dict[str, str]:
     """Routes the kernels to their neuron implementations in this process (rope_hf: the NKI Library kernel
-    launched on `lnc` logical cores) and returns which implementation runs per kernel. Fails at once,
+    launched on the runtime's logical cores) and returns which implementation runs per kernel. Fails at once,
     naming every missing package, where the Neuron packages are not installed."""
     import importlib
 
@@ -137,6 +152,7 @@ def install_kernels(lnc: int) -> dict[str, str]:
         raise ImportError(problem_list("the neuron kernels cannot be installed; missing", missing))
     from .nki_rope import register_neuron_kernel
 
+    lnc = runtime_lnc(environ)
     register_neuron_kernel(lnc)
     set_implementation("rope_hf", f"NKI: {NKI_ROPE_MODULE}.rope_hf[{lnc}] on {lnc} logical core(s) per rank, "
                                   "registered with torch_neuronx.nki_op")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...parse_time.config import hbm_per_rank_gib
+from .config_rules import hbm_per_rank_gib
 
 # The Neuron driver, runtime, collectives and tools (neuron-ls) packages, as AWS's SDK 2.33.0 component list names
 # them (workflow/envs/neuron-sdk/<release>.toml [system] and [tools],

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 import torch
 
-from ...titan.kernels.rope import backward_through, check_seq_len, rope_hf_setup_context, use_rope_op
+from ...titan.kernels.rope import backward_through, rope_hf_setup_context, use_rope_op
+from .kernel_rules import check_seq_len
 
 NKI_OP_NAME = "qwen3_pilot::rope_hf_nki"
 

@@ -9,8 +9,8 @@ plain one. This job measures (measured.json); rule judge holds the figures to th
 
 Settings: config `kernel_numerics` without its tolerances (config.stage_measuring: rope and moe shapes and dtypes,
 the tiny models trained, torch.compile's check; every key and its default, with the reasons, in the config
-schema), plus what the stage adds: `lnc` (the neuron LNC whose sequence rule the models and the rule check
-enforce), `device` (the backend's; its kernels are installed first) and `compile.cache_dir`. Nothing here imports
+schema), plus what the stage adds: `kernel_rules` (the backend's rules for what its kernels take, whose firing the
+stage checks), `device` (the backend's; its kernels are installed first) and `compile.cache_dir`. Nothing here imports
 torch at module level: the stage fixes inductor's cache folder before torch._dynamo is imported.
 """
 
@@ -41,16 +41,16 @@ def run(
     from ...summary import StageMeasurement
 
     backend = backend_config["backend"]
-    lnc = backend_config["neuron"]["lnc"]
     cache_root = Path(cache_root).resolve()
     device_backend = make_backend(backend_config, str(cache_root))
     # This process uses the device itself, not through torchrun's ranks: it needs what they get from the
     # launcher (on neuron the compile caches under the project and the LNC) before the kernels load the runtime.
     apply_device_process_env(device_backend)
-    installed = backend_module(backend).install_kernels(lnc)
+    installed = backend_module(backend).install_kernels()
     device = device_backend.device_type
     cache_dir = str(cache_root / "torchinductor")
-    config = {**settings, "lnc": lnc, "device": device, "compile": {**settings["compile"], "cache_dir": cache_dir}}
+    config = {**settings, "kernel_rules": backend_module(backend).kernel_rules(backend_config), "device": device,
+              "compile": {**settings["compile"], "cache_dir": cache_dir}}
     figures = {**measure(config, log=log), "implementations": installed}
     record_measured(**figures)
     problems = intrinsic_problems(figures, settings["train"])
@@ -74,16 +74,17 @@ def _measure(config: dict[str, Any], log: Callable[[str], None]) -> dict[str, An
     from .rope_checks import rope_numerics, seq_len_rule_check
     from .tiny_models import replaced_model_trains, token_batches
 
-    lnc, train, device = config["lnc"], config["train"], config["device"]
+    train, device = config["train"], config["device"]
     rope_cfg, moe_cfg = config["rope"], config["moe"]
 
     rope_rows = rope_numerics(rope_cfg["shapes"], rope_cfg["dtypes"], theta=rope_cfg["theta"], device=device)
     log(f"rope: {len(rope_rows)} rows, largest diff per dtype {largest_per_dtype(rope_rows)}")
     moe_rows = moe_numerics(moe_cfg["shapes"], moe_cfg["dtypes"], device=device)
     log(f"moe: {len(moe_rows)} rows, largest diff per dtype {largest_per_dtype(moe_rows)}")
-    rule = seq_len_rule_check(lnc)
-    log(f"seq_len rule at LNC={lnc}: {rule['verdict']} ({rule['bad']['error']})")
-    trained = replaced_model_trains(train, lnc, log=log, device=device)
+    rule = seq_len_rule_check(config["kernel_rules"].get("rope_hf"))
+    log(f"rope_hf's sequence rule: {rule['verdict']} ({rule['bad']['error']})" if rule["applies"]
+        else "rope_hf's sequence rule: none on this backend")
+    trained = replaced_model_trains(train, log=log, device=device)
 
     batches = {
         kind: token_batches(

@@ -105,7 +105,7 @@ def judge_kernel_numerics(stage: str, figures: dict[str, Any], judging: dict[str
     problems = judged_problems(figures, judging)  # in place: the failure record (judge.run) holds these figures
     if problems:
         raise NumericsError(problem_list("kernel_numerics failed", problems))
-    installed, lnc = figures["implementations"], figures["seq_len_rule"]["lnc"]
+    installed, rule = figures["implementations"], figures["seq_len_rule"]
     float32_ulps = largest_per_dtype(figures["numerics"], "max_ulp_diff").get("float32")
     compile_backends = ", ".join(sorted({model["backend"] for model in figures["compile"]["models"].values()}))
     return {
@@ -118,7 +118,8 @@ def judge_kernel_numerics(stage: str, figures: dict[str, Any], judging: dict[str
             "converters replaced exactly one module per layer; a model built with them trains to the same "
             "losses as without them"
             + (f"; torch.compile ({compile_backends}) gives the eager result" if compile_backends else "")
-            + f"; a seq len that breaks the kernel's multiple-of-128 x LNC={lnc} rule is refused with a clear error."
+            + (f"; a seq len that breaks the kernel's rule (a multiple of {rule['required_multiple']}: {rule['rule']}) "
+               "is refused with a clear error." if rule["applies"] else ".")
             + float32_agreement(float32_ulps)
         ),
         "does_not_prove": (

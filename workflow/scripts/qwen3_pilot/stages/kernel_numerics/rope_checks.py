@@ -80,47 +80,46 @@ def _rope_forward_backward(rope, q, k, grad_q, grad_k):
     return q_out.detach(), k_out.detach(), q.grad, k.grad
 
 
-def seq_len_rule_check(lnc: int, good_seq_len: int | None = None, bad_seq_len: int | None = None) -> dict[str, Any]:
-    """Runs `HFLayoutRoPE` with the neuron rule on: a conforming seq len must pass, a bad one must raise."""
-    from qwen3_pilot.parse_time.config import NKI_ROPE_TILE
-    from qwen3_pilot.titan.kernels.rope import SeqLenRuleError, required_seq_multiple
-
-    multiple = required_seq_multiple(lnc)
-    good = good_seq_len or multiple
-    # At LNC > 1 the telling bad case is a multiple of 128 that is not one of 128 x LNC: a check of the
-    # tile alone would let it through.
-    bad = bad_seq_len or (multiple + NKI_ROPE_TILE if lnc > 1 else multiple + NKI_ROPE_TILE // 2)
+def seq_len_rule_check(rule: dict[str, Any] | None) -> dict[str, Any]:
+    """The backend's sequence rule for rope_hf (its `kernel_rules`) firing through the installed kernel: the RoPE
+    module at a conforming length must pass, at `rule["bad_seq_len"]` it must raise before any launch. A backend
+    whose kernel takes every length (cpu) has no rule to check."""
+    if rule is None:
+        return {"applies": False, "verdict": "pass"}
     outcomes = {}
-    for label, seq_len in (("good", good), ("bad", bad)):
+    for label, seq_len in (("good", rule["seq_multiple"]), ("bad", rule["bad_seq_len"])):
         try:
-            _rope_with_rule(seq_len, lnc)
+            _rope_at(seq_len)
             outcomes[label] = {"seq_len": seq_len, "raised": False, "error": None}
-        except SeqLenRuleError as error:
+        except ValueError as error:  # the rule's own error is one (backends/neuron/kernel_rules.py)
             outcomes[label] = {"seq_len": seq_len, "raised": True, "error": str(error)}
     passed = not outcomes["good"]["raised"] and outcomes["bad"]["raised"]
-    return {"lnc": lnc, "required_multiple": multiple, **outcomes, "verdict": "pass" if passed else "fail"}
+    return {"applies": True, "rule": rule["why"], "required_multiple": rule["seq_multiple"], **outcomes,
+            "verdict": "pass" if passed else "fail"}
 
 
-def _rope_with_rule(seq_len: int, lnc: int) -> None:
+def _rope_at(seq_len: int) -> None:
     import torch
 
     from qwen3_pilot.titan.api_levels import rope_config
     from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE
 
     head_dim = 8
-    rope = HFLayoutRoPE(rope_config(dim=head_dim, length=seq_len, lnc=lnc, config_class=HFLayoutRoPE.Config))
+    rope = HFLayoutRoPE(rope_config(dim=head_dim, length=seq_len, config_class=HFLayoutRoPE.Config))
     x = torch.zeros(1, seq_len, 1, head_dim)
     rope(x, x)
 
 
 def seq_len_rule_problems(check: dict[str, Any]) -> list[str]:
     problems = []
+    if not check["applies"]:
+        return problems
     if check["good"]["raised"]:
         problems.append(f"seq_len_rule: seq_len={check['good']['seq_len']} conforms but raised: "
                         f"{check['good']['error']}")
     if not check["bad"]["raised"]:
         problems.append(
             f"seq_len_rule: seq_len={check['bad']['seq_len']} is not a multiple of {check['required_multiple']} "
-            f"(128 x LNC={check['lnc']}) but did not raise"
+            f"({check['rule']}) but did not raise"
         )
     return problems

@@ -55,7 +55,7 @@ def kernel_rules(moe: bool) -> list[dict[str, str]]:
 
 
 def replaced_model(
-    sizes: dict[str, int], seq_len: int, moe: bool, reference, lnc: int | None,
+    sizes: dict[str, int], seq_len: int, moe: bool, reference,
     rope_apply: Callable | None = None, experts_impl: Callable | None = None,
 ):
     """The same tiny model built from its config after the kernel converters ran (as the trainer builds
@@ -65,7 +65,7 @@ def replaced_model(
     from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE
     from qwen3_pilot.titan.replacement import apply_converters, kernel_converters, replaced_paths
 
-    config = apply_converters(tiny_titan_config(sizes, seq_len, moe), kernel_converters(kernel_rules(moe), lnc))
+    config = apply_converters(tiny_titan_config(sizes, seq_len, moe), kernel_converters(kernel_rules(moe)))
     model = config.build()
     model.init_states()
     model.load_state_dict(reference.state_dict())
@@ -105,7 +105,7 @@ def train_losses(model, batches, lr: float) -> list[float]:
 
 
 def replaced_model_trains(
-    train: dict[str, Any], lnc: int | None, log: Callable[[str], None] | None = None, device: str = "cpu", **impls
+    train: dict[str, Any], log: Callable[[str], None] | None = None, device: str = "cpu", **impls
 ) -> dict[str, Any]:
     """Per kind ("dense", "moe"): the same seed, weights and batches trained through torchtitan's modules
     and through the replacements; per-step losses of both and their largest difference. Also returns
@@ -115,7 +115,7 @@ def replaced_model_trains(
     for kind in ("dense", "moe"):
         sizes = train[kind]
         reference = build_tiny_model(sizes, train["seq_len"], kind == "moe", train["seed"])
-        replaced, paths = replaced_model(sizes, train["seq_len"], kind == "moe", reference, lnc, **impls)
+        replaced, paths = replaced_model(sizes, train["seq_len"], kind == "moe", reference, **impls)
         reference, replaced = reference.to(device), replaced.to(device)
         counts[kind] = {kernel: len(found) for kernel, found in paths.items()}
         models[kind] = copy.deepcopy(replaced)

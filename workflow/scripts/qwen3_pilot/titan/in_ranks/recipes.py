@@ -91,7 +91,7 @@ def recipe_converters(recipe: TrainerRun) -> list:
     """The kernel replacements the recipe names (config key kernels.<stage>), as torchtitan converters."""
     from ..replacement import kernel_converters
 
-    return kernel_converters(recipe.replacements, recipe.lnc)
+    return kernel_converters(recipe.replacements)
 
 
 # ---- Transformers backend: the HF model class built by Transformers v5 from config.json ----

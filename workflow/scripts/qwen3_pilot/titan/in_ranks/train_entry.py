@@ -47,7 +47,7 @@ def main() -> None:
     if os.environ.get("RANK", "0") == "0":
         check_torchtitan_api(backend=recipe.backend, user=config_function(sys.argv))
     # Before the recipe builds the model: the replaced modules log the implementation that runs.
-    kernels = backend.install_kernels(recipe.lnc) if recipe.replacements else {}
+    kernels = backend.install_kernels() if recipe.replacements else {}
     from torchtitan.train import main as torchtitan_main
 
     end_import_pause()

@@ -9,12 +9,12 @@ replaced. Its cache is `[cos | sin]` of shape (max_seq_len, 2 x head_dim), built
 convention, the same one the NKI kernel implements ("y = [x1, x2] * cos + [-x2, x1] * sin"). So the
 cache's two halves are the kernel's cos and sin as they are; only the q/k layout differs.
 
-The op's contract (`qwen3_pilot::rope_hf`), that of `nkilib.core.embeddings.rope_hf.rope_hf`:
+The op's contract (`qwen3_pilot::rope_hf`), that of the NKI Library's rope_hf kernel (backends/neuron/nki_rope.py):
   q (batch, q_heads, seq, head_dim), k (batch, kv_heads, seq, head_dim): HF layout, contiguous;
   cos, sin (seq, head_dim) or (batch, seq, head_dim);
   backward=False: (q * cos + rotate_half(q) * sin, same for k);
   backward=True: the gradient of that map, g * cos + rotate_half_T(g * sin) with rotate_half_T(u) = [u2, -u1].
-  On neuron, seq must be a multiple of 128 x LNC (the kernel tiles seq in 128-row blocks per logical core).
+  A backend's kernel may take only some sequence lengths; it says so itself (backends/<backend>).
 """
 
 from __future__ import annotations
@@ -25,31 +25,9 @@ from dataclasses import dataclass
 import torch
 from torchtitan.models.common.rope import CosSinRoPE
 
-from qwen3_pilot.parse_time.config import NKI_ROPE_TILE
 from qwen3_pilot.titan.kernels import ReplacedConfig, log_replacement
 
 OP_NAME = "qwen3_pilot::rope_hf"
-
-
-class SeqLenRuleError(ValueError):
-    pass
-
-
-def required_seq_multiple(lnc: int) -> int:
-    return NKI_ROPE_TILE * lnc
-
-
-def check_seq_len(seq_len: int, lnc: int | None) -> None:
-    """The NKI rope_hf kernel's sequence rule; `lnc=None` means no kernel rule applies (plain cpu run)."""
-    if lnc is None:
-        return
-    multiple = required_seq_multiple(lnc)
-    if seq_len % multiple:
-        raise SeqLenRuleError(
-            f"rope_hf: seq_len={seq_len} is not a multiple of {NKI_ROPE_TILE} x LNC = {NKI_ROPE_TILE} x {lnc} "
-            f"= {multiple}; the NKI rope_hf kernel splits the sequence across the {lnc} logical core(s) in "
-            f"blocks of {NKI_ROPE_TILE} rows (set training.seq_len to a multiple of {multiple})"
-        )
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -121,11 +99,10 @@ def use_rope_op(op) -> None:
 
 
 def rope_titan_layout(
-    q_BLNH: torch.Tensor, k_BLNH: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, lnc: int | None = None
+    q_BLNH: torch.Tensor, k_BLNH: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """torchtitan's (batch, seq, heads, head_dim) in and out, the kernel's (batch, heads, seq, head_dim)
     in between."""
-    check_seq_len(q_BLNH.shape[1], lnc)
     # The kernel walks HBM with fixed strides, so it needs the HF layout materialised, not a view.
     q_BNLH = q_BLNH.transpose(1, 2).contiguous()
     k_BNLH = k_BLNH.transpose(1, 2).contiguous()
@@ -149,12 +126,9 @@ class HFLayoutRoPE(CosSinRoPE):
     class Config(CosSinRoPE.Config, ReplacedConfig):
         kernel: str = "rope_hf"
         module_path: str = ""
-        lnc: int | None = None
-        """The neuron LNC whose sequence rule applies (None: no kernel rule, plain cpu)."""
 
     def __init__(self, config: Config):
         super().__init__(config)
-        self.lnc = config.lnc
         # A test hands in a wrong rotation here to see the checks fail.
         self.apply_rope: RopeApply = rope_titan_layout
         log_replacement(config, type(self).__name__)
@@ -162,9 +136,9 @@ class HFLayoutRoPE(CosSinRoPE):
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor | None = None):
         cos, sin = self.cos_sin(query, positions)
         if query.dim() == 3:  # a torchtitan with the batch folded into the tokens: (tokens, heads, head_dim)
-            query_out, key_out = self.apply_rope(query.unsqueeze(0), key.unsqueeze(0), cos, sin, lnc=self.lnc)
+            query_out, key_out = self.apply_rope(query.unsqueeze(0), key.unsqueeze(0), cos, sin)
             return query_out.squeeze(0), key_out.squeeze(0)
-        return self.apply_rope(query, key, cos, sin, lnc=self.lnc)
+        return self.apply_rope(query, key, cos, sin)
 
     def cos_sin(self, query: torch.Tensor, positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(seq, head_dim) each, or (batch, seq, head_dim) for per-sample positions: torchtitan's own cache

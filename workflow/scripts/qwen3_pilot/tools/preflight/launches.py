@@ -18,8 +18,7 @@ def launch_plan(config: dict[str, Any], backend, project: Path, configfiles: lis
     built by the same functions the stages launch with, at the paths the workflow gives them, and
     kernel_numerics, which uses the device in the stage's own process (its command: the Snakemake run of that
     stage alone, with the configuration files the preflight checked). Refused, naming each, where this
-    environment would break the launches (a preset NEURON_RT_VISIBLE_CORES, an LNC in NEURON_CC_FLAGS that is
-    not neuron.lnc)."""
+    environment would break the launches (the backend's launch_environment_problems)."""
     from ...backends.neuron import launch_environment_problems
     from ...ranks import rank_worker_command
     from ...training import (

@@ -56,7 +56,6 @@ def stage_recipes(config: dict[str, Any], backend, checkpoint: Path, work: Path)
             stage=stage, backend=backend, checkpoint=checkpoint, corpus_dir=work / "corpus",
             dataset=config["data"]["dataset"], training=stage_training(config, stage), peak_flops_per_rank=peak,
             parity_path=folder / PARITY_FILE, replacements=stage_kernel_rules(config, stage),
-            lnc=config["neuron"]["lnc"],
         )
         if stage == "moe_reduced":
             vocab = read_checkpoint_values(checkpoint)["vocab_size"]
@@ -83,7 +82,7 @@ def build_recipe(recipe_path: Path, config_function: str):
             os.environ[RECIPE_ENV] = previous
 
 
-def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[str, Any]:
+def native_check(recipe_path: Path, reasons: dict[str, str]) -> dict[str, Any]:
     """The native recipe's config as its trainer builds it: parity against config.json (each accepted difference
     with its `reasons` entry), its kernel replacements and parameter count."""
     from ...titan.in_ranks.recipes import taken_from_base
@@ -98,7 +97,7 @@ def native_check(recipe_path: Path, lnc: int, reasons: dict[str, str]) -> dict[s
     # The seed's custom-replacement demonstration: RoPE replaced in every layer of the 4B model. Checked
     # here whether or not kernels.train_native turns it on, so that turning it on is known to work.
     demo = configured if "rope_hf" in configured else replaced_paths(
-        apply_converters(copy.deepcopy(model), kernel_converters([{"kernel": "rope_hf", "layers": "*"}], lnc))
+        apply_converters(copy.deepcopy(model), kernel_converters([{"kernel": "rope_hf", "layers": "*"}]))
     )
     if len(demo.get("rope_hf", [])) != len(model.layers):
         raise PreflightError(f"train_native: rope_hf replaced {len(demo.get('rope_hf', []))} RoPE modules in a "

@@ -116,10 +116,9 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
         if dense_json is not None:
             checkpoint = checkpoint_stand_in(work, Path(dense_json["dense"]))
             recipes = stage_recipes(config, backend, checkpoint, work)
-            lnc = config["neuron"]["lnc"]
             reasons = config["training"]["accepted_differences"]
             native_reasons = reasons.get("train_native", {})
-            titan_check("train_native", lambda: native_check(recipes["train_native"], lnc, native_reasons))
+            titan_check("train_native", lambda: native_check(recipes["train_native"], native_reasons))
             titan_check("train_hf", lambda: hf_check(recipes["train_hf"], reasons.get("train_hf", {})))
             titan_check("moe_reduced", lambda: moe_check(recipes["moe_reduced"], config, Path(dense_json["moe"])))
             run_check("launches", lambda: launch_plan(config, backend, project, configfiles), checks)
