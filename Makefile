@@ -88,13 +88,13 @@ NEURON_PYTHON ?= python3
 NEURON_VENV ?= .venv-neuron
 NEURON_PY ?= $(NEURON_VENV)/bin/python
 install-neuron:
-	PYTHONPATH=workflow/scripts $(NEURON_PYTHON) -m qwen3_pilot.neuron_stack --sdk $(NEURON_SDK) install \
+	PYTHONPATH=workflow/scripts $(NEURON_PYTHON) -m qwen3_pilot.backends.neuron.stack --sdk $(NEURON_SDK) install \
 		--venv $(NEURON_VENV) --python $(NEURON_PYTHON) $(ARGS)
 
 # On the trn2 after install-neuron: workflow/envs/neuron-sdk/<release>.lock (pip-tools, hashes from AWS's and PyTorch's
 # indexes too); commit it, and the next install-neuron installs from it.
 lock-neuron:
-	PYTHONPATH=workflow/scripts $(NEURON_PY) -m qwen3_pilot.neuron_stack --sdk $(NEURON_SDK) lock --venv $(NEURON_VENV)
+	PYTHONPATH=workflow/scripts $(NEURON_PY) -m qwen3_pilot.backends.neuron.stack --sdk $(NEURON_SDK) lock --venv $(NEURON_VENV)
 
 # The recipes on other torchtitans (recipe x torchtitan -> works / fails, why), in the finished cpu run here
 # (make report first): TORCHTITANS="LABEL=PATH ..." with PATH a folder holding a torchtitan package (e.g.

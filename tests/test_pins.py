@@ -25,8 +25,8 @@ from qwen3_pilot.pins import (
 
 
 def test_every_backend_pins_file_parses_and_pins_the_core_packages():
-    from qwen3_pilot.neuron_stack import read_release
-    from qwen3_pilot.neuron_stack.installed import release_pins
+    from qwen3_pilot.backends.neuron.stack import read_release
+    from qwen3_pilot.backends.neuron.stack.installed import release_pins
 
     for backend in ("cpu", "neuron"):
         pins = read_pins(PROJECT / "workflow" / "envs" / f"{backend}.txt")

@@ -457,8 +457,8 @@ def test_torchneurons_compile_cache_lock_folder_is_in_the_projects_cache_not_tmp
 
 
 def test_nki_is_pinned_to_sdk_2_33s_and_not_to_the_recorded_sdk_2_32_images():
-    from qwen3_pilot.neuron_stack import read_release
-    from qwen3_pilot.neuron_stack.installed import release_pins
+    from qwen3_pilot.backends.neuron.stack import read_release
+    from qwen3_pilot.backends.neuron.stack.installed import release_pins
 
     pins = release_pins(read_release("2.33.0"))
     listed = dict(line.split() for line in recorded("pip-list.trn2-container.txt").splitlines() if line.strip())
@@ -469,7 +469,7 @@ def test_nki_is_pinned_to_sdk_2_33s_and_not_to_the_recorded_sdk_2_32_images():
 
 @pytest.mark.parametrize("release", ["2.33.0", "2.34.0"])
 def test_the_system_record_reads_every_os_package_of_each_release(release):
-    from qwen3_pilot.neuron_stack import read_release
+    from qwen3_pilot.backends.neuron.stack import read_release
 
     assert set(NEURON_SYSTEM_PACKAGES) == set(read_release(release).os_packages)
     assert "aws-neuronx-tools" in NEURON_SYSTEM_PACKAGES  # provides neuron-ls

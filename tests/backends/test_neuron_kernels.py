@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from qwen3_pilot.backends.neuron import nki_rope
-from qwen3_pilot.backends.neuron.kernel_rules import SeqLenRuleError
+from qwen3_pilot.backends.neuron.kernel_limits import SeqLenRuleError
 
 LNC = 2
 SEQ = 128 * LNC
@@ -151,9 +151,9 @@ k = torch.zeros(1, 256, 2, 16, requires_grad=True)
 q_out, k_out = module(q, k)
 (q_out.sum() + k_out.sum()).backward()
 # kernel_numerics' check of the backend's rule, through the module and the installed kernel as on a trn2.
-from qwen3_pilot.backends.neuron.kernel_rules import kernel_rules
+from qwen3_pilot.backends.neuron.kernel_limits import kernel_limits
 from qwen3_pilot.stages.kernel_numerics.rope_checks import seq_len_rule_check
-rule_check = seq_len_rule_check(kernel_rules({"neuron": {"lnc": 2}})["rope_hf"])
+rule_check = seq_len_rule_check(kernel_limits({"neuron": {"lnc": 2}})["rope_hf"])
 print(json.dumps({"before": before, "after": hasattr(torch.ops.qwen3_pilot, "rope_hf_nki"),
                   "registered": torch_neuronx.REGISTERED, "launches": LAUNCHES, "implementations": implementations,
                   "q_out": sorted(set(q_out.flatten().tolist())), "k_out": sorted(set(k_out.flatten().tolist())),

@@ -69,7 +69,7 @@ MUTANTS = (
            "            named.add(node.value)  # a module started by name (python -m, torchrun, --module)",
            "            pass"),
     Mutant("SDK components: the fork is not pinned (checking out another fork commit reruns nothing)",
-           "neuron_stack/installed.py",
+           "backends/neuron/stack/installed.py",
            "    versions = {**stack.pip_packages, stack.fork.distribution: stack.fork.version}",
            "    versions = dict(stack.pip_packages)"),
     # ---- the gates ----

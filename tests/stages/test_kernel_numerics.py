@@ -12,7 +12,7 @@ import torch
 from conftest import default_config
 
 from qwen3_pilot.backends import cpu as cpu_backend
-from qwen3_pilot.backends.neuron.kernel_rules import check_seq_len, kernel_rules
+from qwen3_pilot.backends.neuron.kernel_limits import check_seq_len, kernel_limits
 from qwen3_pilot.parse_time.config import deep_update, stage_judging, stage_measuring
 from qwen3_pilot.stages import kernel_numerics
 from qwen3_pilot.stages.kernel_numerics import compile_checks, judging, tiny_models
@@ -191,9 +191,9 @@ def test_rope_backward_mode_is_the_transpose_of_forward():
     assert abs(difference) <= 1e-6 * products.abs().sum()
 
 
-# ---- a backend's sequence-length rule (the NKI kernel's, backends/neuron/kernel_rules.py) ----
+# ---- a backend's sequence-length rule (the NKI kernel's, backends/neuron/kernel_limits.py) ----
 
-NEURON_ROPE_RULE = kernel_rules({"neuron": {"lnc": 2}})["rope_hf"]
+NEURON_ROPE_RULE = kernel_limits({"neuron": {"lnc": 2}})["rope_hf"]
 
 
 @pytest.fixture
@@ -236,7 +236,7 @@ def test_seq_len_rule_problem_when_the_installed_kernel_does_not_enforce_it():
 
 
 def test_a_backend_without_a_kernel_rule_has_nothing_to_check():
-    check = seq_len_rule_check(cpu_backend.kernel_rules(default_config()).get("rope_hf"))
+    check = seq_len_rule_check(cpu_backend.kernel_limits(default_config()).get("rope_hf"))
     assert check == {"applies": False, "verdict": "pass"} and seq_len_rule_problems(check) == []
 
 
@@ -286,7 +286,7 @@ def test_kernel_numerics_measures_without_its_tolerances_and_the_judge_passes_it
     measuring = stage_measuring({"kernel_numerics": settings}, "kernel_numerics")
     assert "tolerance" not in json.dumps(measuring)
     config = deep_update(measuring, {"compile": {"cache_dir": str(tmp_path / "inductor")}})
-    config |= {"kernel_rules": cpu_backend.kernel_rules(default_config()), "device": "cpu"}
+    config |= {"kernel_limits": cpu_backend.kernel_limits(default_config()), "device": "cpu"}
     lines: list[str] = []
     figures = kernel_numerics.measure(config, log=lines.append)
 

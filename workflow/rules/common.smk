@@ -25,8 +25,8 @@ from qwen3_pilot.parse_time.config import (
     stage_repeat_steps,
     stage_training,
 )
-from qwen3_pilot.neuron_stack import read_release, StackError
-from qwen3_pilot.neuron_stack.installed import fork_head_files, release_pins
+from qwen3_pilot.backends.neuron.stack import read_release, StackError
+from qwen3_pilot.backends.neuron.stack.installed import fork_head_files, release_pins
 from qwen3_pilot.parse_time.code import CodeCache, stage_code
 from qwen3_pilot.paths import HERE
 from qwen3_pilot.pins import installed_version, read_pins

@@ -185,7 +185,7 @@ class BackendModule(Protocol):
         returns which runs, per kernel. Its options (neuron: the LNC) come from the process's environment, which
         the backend's launch set."""
 
-    def kernel_rules(self, config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    def kernel_limits(self, config: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Per kernel, the sequence lengths its implementation takes (`seq_multiple`, `bad_seq_len`, `why`); empty
         where it takes every length. kernel_numerics shows each rule firing through the installed kernel."""
 

@@ -157,7 +157,7 @@ def install_kernels() -> dict[str, str]:
     return {kernel: implementation(kernel) for kernel in KERNELS}
 
 
-def kernel_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def kernel_limits(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The PyTorch implementations take every shape their op's contract allows: no kernel rule of their own."""
     return {}
 

@@ -24,8 +24,8 @@ from ..pins import (
 def run_package(package: str, pinned: str, out: Path) -> dict[str, Any]:
     """Checks one pin against the version installed now and writes its stamp; a mismatch writes nothing. A
     package installed editable from a git clone (the neuron backend's fork) records the clone's commit too."""
-    from ..neuron_stack import UNRECORDED
-    from ..neuron_stack.installed import installed_commit
+    from ..backends.neuron.stack import UNRECORDED
+    from ..backends.neuron.stack.installed import installed_commit
 
     installed = installed_version(package)
     if pinned == UNRECORDED:
@@ -49,8 +49,8 @@ def run_os_package(package: str, pinned: str, out: Path, project: Path | None = 
     version, with the one-line fix."""
     from ..artifacts import write_recorded_json
     from ..backends.neuron.machine import read_os_packages
-    from ..neuron_stack import UNRECORDED, read_releases, release_admits
-    from ..neuron_stack.installed import releases_carrying, switch_fix
+    from ..backends.neuron.stack import UNRECORDED, read_releases, release_admits
+    from ..backends.neuron.stack.installed import releases_carrying, switch_fix
     from ..paths import PROJECT
 
     installed = (read or read_os_packages)([package])[package]
@@ -109,8 +109,8 @@ def run(
     unlocked: tuple[str, ...] = ()
     if backend["backend"] == "neuron":
         # Every component of the SDK release config neuron.sdk names, the fork's commit with them.
-        from ..neuron_stack import read_release
-        from ..neuron_stack.installed import check_record, installed_record
+        from ..backends.neuron.stack import read_release
+        from ..backends.neuron.stack.installed import check_record, installed_record
 
         stack = read_release(sdk_release)
         unlocked = (stack.fork.distribution,)  # from its git clone, checked by its commit, not by the lock

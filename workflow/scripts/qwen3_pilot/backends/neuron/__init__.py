@@ -27,8 +27,8 @@ from .config_rules import config_problems, expected_neuron_ranks  # noqa: F401
 # prepare_torchtitan and install_kernels: the backend's part in every trainer process (backends.backend_module).
 from .in_process import COMPILE_CACHE_DIRS, LOCAL_CACHE_DIRS, install_kernels, prepare_torchtitan  # noqa: F401
 
-# kernel_rules: what the kernels take (kernel_numerics checks the rule firing through the installed kernel).
-from .kernel_rules import kernel_rules  # noqa: F401
+# kernel_limits: what the kernels take (kernel_numerics checks the rule firing through the installed kernel).
+from .kernel_limits import kernel_limits  # noqa: F401
 from .machine import DEVICE_GLOB, read_system_versions, read_topology
 
 # The report's title on this backend; its stages' own notes say what each figure proves.

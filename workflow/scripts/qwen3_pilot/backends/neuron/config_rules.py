@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .kernel_rules import required_seq_multiple
+from .kernel_limits import required_seq_multiple
 
 
 def expected_neuron_ranks(neuron: dict[str, Any]) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 
 from ...titan.kernels.rope import backward_through, rope_hf_setup_context, use_rope_op
-from .kernel_rules import check_seq_len
+from .kernel_limits import check_seq_len
 
 NKI_OP_NAME = "qwen3_pilot::rope_hf_nki"
 

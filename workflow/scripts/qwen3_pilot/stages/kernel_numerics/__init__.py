@@ -9,7 +9,7 @@ plain one. This job measures (measured.json); rule judge holds the figures to th
 
 Settings: config `kernel_numerics` without its tolerances (config.stage_measuring: rope and moe shapes and dtypes,
 the tiny models trained, torch.compile's check; every key and its default, with the reasons, in the config
-schema), plus what the stage adds: `kernel_rules` (the backend's rules for what its kernels take, whose firing the
+schema), plus what the stage adds: `kernel_limits` (the backend's rules for what its kernels take, whose firing the
 stage checks), `device` (the backend's; its kernels are installed first) and `compile.cache_dir`. Nothing here imports
 torch at module level: the stage fixes inductor's cache folder before torch._dynamo is imported.
 """
@@ -49,7 +49,7 @@ def run(
     installed = backend_module(backend).install_kernels()
     device = device_backend.device_type
     cache_dir = str(cache_root / "torchinductor")
-    config = {**settings, "kernel_rules": backend_module(backend).kernel_rules(backend_config), "device": device,
+    config = {**settings, "kernel_limits": backend_module(backend).kernel_limits(backend_config), "device": device,
               "compile": {**settings["compile"], "cache_dir": cache_dir}}
     figures = {**measure(config, log=log), "implementations": installed}
     record_measured(**figures)
@@ -81,7 +81,7 @@ def _measure(config: dict[str, Any], log: Callable[[str], None]) -> dict[str, An
     log(f"rope: {len(rope_rows)} rows, largest diff per dtype {largest_per_dtype(rope_rows)}")
     moe_rows = moe_numerics(moe_cfg["shapes"], moe_cfg["dtypes"], device=device)
     log(f"moe: {len(moe_rows)} rows, largest diff per dtype {largest_per_dtype(moe_rows)}")
-    rule = seq_len_rule_check(config["kernel_rules"].get("rope_hf"))
+    rule = seq_len_rule_check(config["kernel_limits"].get("rope_hf"))
     log(f"rope_hf's sequence rule: {rule['verdict']} ({rule['bad']['error']})" if rule["applies"]
         else "rope_hf's sequence rule: none on this backend")
     trained = replaced_model_trains(train, log=log, device=device)

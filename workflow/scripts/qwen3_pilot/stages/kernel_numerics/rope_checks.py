@@ -81,7 +81,7 @@ def _rope_forward_backward(rope, q, k, grad_q, grad_k):
 
 
 def seq_len_rule_check(rule: dict[str, Any] | None) -> dict[str, Any]:
-    """The backend's sequence rule for rope_hf (its `kernel_rules`) firing through the installed kernel: the RoPE
+    """The backend's sequence rule for rope_hf (its `kernel_limits`) firing through the installed kernel: the RoPE
     module at a conforming length must pass, at `rule["bad_seq_len"]` it must raise before any launch. A backend
     whose kernel takes every length (cpu) has no rule to check."""
     if rule is None:
@@ -91,7 +91,7 @@ def seq_len_rule_check(rule: dict[str, Any] | None) -> dict[str, Any]:
         try:
             _rope_at(seq_len)
             outcomes[label] = {"seq_len": seq_len, "raised": False, "error": None}
-        except ValueError as error:  # the rule's own error is one (backends/neuron/kernel_rules.py)
+        except ValueError as error:  # the rule's own error is one (backends/neuron/kernel_limits.py)
             outcomes[label] = {"seq_len": seq_len, "raised": True, "error": str(error)}
     passed = not outcomes["good"]["raised"] and outcomes["bad"]["raised"]
     return {"applies": True, "rule": rule["why"], "required_multiple": rule["seq_multiple"], **outcomes,

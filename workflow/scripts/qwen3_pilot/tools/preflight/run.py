@@ -125,7 +125,7 @@ def preflight(configfiles: list[Path], model_configs: Path, out: Path, project: 
         titan_check("fsdp_plan", lambda: fsdp_plan(config, out))
     if fork is not None:
         def checked_fork() -> dict[str, Any]:
-            from ...neuron_stack import read_release
+            from ...backends.neuron.stack import read_release
 
             ref = fork_ref or read_release(config["neuron"]["sdk"], project).fork.ref
             return fork_check(fork, ref, upstream, work)
@@ -180,7 +180,7 @@ def install_plan(project: Path, release: str, published: Path = PUBLISHED_COMPON
     """The SDK release config neuron.sdk names: workflow/envs/neuron.txt pins none of its components and not the fork,
     and its file's versions match AWS's published component list where one is recorded
     (`published`/sdk-<release>-components.md); what is unrecorded is listed."""
-    from ...neuron_stack import PINS_FILE, UNRECORDED, components_problems, pin_problems, read_release
+    from ...backends.neuron.stack import PINS_FILE, UNRECORDED, components_problems, pin_problems, read_release
     from ...pins import read_pins
 
     stack = read_release(release, project)

@@ -1,4 +1,4 @@
-"""The trn2 install rehearsed on this machine: `make install-neuron` (qwen3_pilot.neuron_stack install), `make
+"""The trn2 install rehearsed on this machine: `make install-neuron` (qwen3_pilot.backends.neuron.stack install), `make
 lock-neuron`, the install again from the lock, and pin_env's check of the installed venv against the lock, on
 two machine layouts: plain Ubuntu 26.04 (the standalone wheels) and the release's DLAMI (AWS's venv, holding the
 release's pip components, that .venv-neuron is built on); and the refusals of another OS and another Python.
@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT, venv_env
 
-from qwen3_pilot.neuron_stack import FORK_CLONE, read_release
+from qwen3_pilot.backends.neuron.stack import FORK_CLONE, read_release
 from qwen3_pilot.pins import installed_version, lock_drift, read_lock, read_pins
 
 # AWS's SDK 2.33.0 pip components as its release notes list them (workflow/resources/neuron/sdk-2.33.0-components.md),
@@ -227,7 +227,7 @@ def venv_distributions(python: str) -> dict[str, str]:
 
 
 def installed_record(rehearsal) -> dict:
-    code = ("import json; from qwen3_pilot.neuron_stack import read_release, installed; "
+    code = ("import json; from qwen3_pilot.backends.neuron.stack import read_release, installed; "
             "print(json.dumps(installed.installed_record(read_release('2.33.0'))))")
     recorded = subprocess.run([rehearsal["python"], "-c", code], cwd=rehearsal["project"], env=rehearsal["env"],
                               capture_output=True, text=True)

@@ -29,7 +29,7 @@ def check_seq_len(seq_len: int, lnc: int) -> None:
         )
 
 
-def kernel_rules(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def kernel_limits(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per kernel, the sequence length it takes (a multiple of `seq_multiple`) at the configured LNC and why, for
     kernel_numerics' check and the report."""
     lnc = config["neuron"]["lnc"]

@@ -1,4 +1,4 @@
-"""workflow/envs/neuron-sdk/<release>.toml and what reads it (qwen3_pilot.neuron_stack): each SDK release, its
+"""workflow/envs/neuron-sdk/<release>.toml and what reads it (qwen3_pilot.backends.neuron.stack): each SDK release, its
 components against AWS's published list, workflow/envs/neuron.txt beside it, the machine each release runs on, the
 install's steps, the fork's commit as the install leaves it, and the record pin_env keeps. The install itself is
 rehearsed in test_neuron_install.py; the release switch's rerun plan in test_neuron_release_switch.py."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT
 
-from qwen3_pilot.neuron_stack import (
+from qwen3_pilot.backends.neuron.stack import (
     NOT_INSTALLED,
     UNRECORDED,
     StackError,
@@ -25,8 +25,8 @@ from qwen3_pilot.neuron_stack import (
     read_stack,
     release_admits,
 )
-from qwen3_pilot.neuron_stack.install import install_steps, layer_on, machine_layout
-from qwen3_pilot.neuron_stack.installed import (
+from qwen3_pilot.backends.neuron.stack.install import install_steps, layer_on, machine_layout
+from qwen3_pilot.backends.neuron.stack.installed import (
     check_record,
     editable_source,
     git_head,
@@ -395,7 +395,7 @@ def test_the_preflight_names_the_release_and_the_forks_ref_and_checks_the_plan(t
 
 
 def test_a_pinned_package_installed_from_a_git_clone_records_its_commit_in_its_stamp(tmp_path, monkeypatch):
-    from qwen3_pilot.neuron_stack import installed
+    from qwen3_pilot.backends.neuron.stack import installed
     from qwen3_pilot.stages.pin_env import run_package
 
     clone = tmp_path / "clone"

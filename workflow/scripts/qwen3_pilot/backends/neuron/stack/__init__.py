@@ -6,7 +6,7 @@ AWS ships the stack in three ways at once: torch-neuronx, neuronx-cc and nki fro
 (with PyTorch's CPU index for torch), the driver, runtime, collectives and tools as OS packages, and
 TorchTitan Neuron only as a git repository installed editable from a clone. On its DLAMI a release's pip
 components come preinstalled in AWS's venv. `install_steps` follows AWS's documented order;
-`python -m qwen3_pilot.neuron_stack --sdk R install` (make install-neuron) runs it.
+`python -m qwen3_pilot.backends.neuron.stack --sdk R install` (make install-neuron) runs it.
 
 - this module: a release's file read and compared (with the pins, with AWS's component list, with another release);
 - install.py: the machine's layout (DLAMI or standalone wheels) and the install's steps;
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..paths import PROJECT
+from ....paths import PROJECT
 
 SDK_FOLDER = "workflow/envs/neuron-sdk"  # one <release>.toml per SDK release; config key neuron.sdk picks one
 PINS_FILE = "workflow/envs/neuron.txt"  # the neuron backend's other packages; the release's own come from its file

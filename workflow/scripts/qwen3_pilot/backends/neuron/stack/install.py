@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..paths import PROJECT
+from ....paths import PROJECT
 from . import FORK_CLONE, PINS_FILE, NeuronStack, StackError
 
 # ---- the machine ----
@@ -134,7 +134,7 @@ def install_steps(stack: NeuronStack, layout: Layout, venv: Path, project: Path 
         Step("consistency", [python, "-m", "pip", "check"]),
         # In the venv just made: what pin_env will record, every component against the release.
         Step(f"the installed stack against SDK {stack.release}",
-             [python, "-m", "qwen3_pilot.neuron_stack", "--sdk", stack.release, "record"]),
+             [python, "-m", "qwen3_pilot.backends.neuron.stack", "--sdk", stack.release, "record"]),
     ]
     return steps
 

@@ -1,5 +1,5 @@
 """What is installed, recorded against a release: each component's version and where it came from, the fork's
-commit, and how the machine's OS packages compare (pin_env, `python -m qwen3_pilot.neuron_stack record`).
+commit, and how the machine's OS packages compare (pin_env, `python -m qwen3_pilot.backends.neuron.stack record`).
 Standard library only, as the whole package."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from ..paths import PROJECT
+from ....paths import PROJECT
 from . import (
     COMMIT,
     NOT_INSTALLED,
@@ -73,7 +73,7 @@ def release_pins(stack: NeuronStack) -> dict[str, Any]:
     """The release's pip components and the fork as pins beside workflow/envs/neuron.txt's ({name: Pin}): the stages
     take their stamps as on cpu, so a release whose torch-neuronx (say) moved reruns what runs it. An
     unrecorded version is the pin UNRECORDED, which admits nothing."""
-    from ..pins import Pin
+    from ....pins import Pin
 
     versions = {**stack.pip_packages, stack.fork.distribution: stack.fork.version}
     return {name: Pin(name, UNRECORDED if version == UNRECORDED else f"=={version}")
@@ -154,7 +154,7 @@ def os_release_note(stack: NeuronStack, record: dict[str, Any], stacks: list[Neu
 def installed_record(stack: NeuronStack, project: Path = PROJECT) -> dict[str, Any]:
     """stack_record for this interpreter and this machine (OS packages read as the neuron backend reads them),
     with the release the instance's OS packages belong to where it is not this one."""
-    from ..backends.neuron.machine import read_system_versions
+    from ..machine import read_system_versions
 
     # Not pins.installed_version: pins imports `packaging`, and this runs as the install's last step, in a venv
     # whose packages are whatever the install put there.

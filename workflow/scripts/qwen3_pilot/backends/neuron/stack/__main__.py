@@ -1,4 +1,5 @@
-"""`python -m qwen3_pilot.neuron_stack --sdk R install | record | lock` (make install-neuron, make lock-neuron)."""
+"""`python -m qwen3_pilot.backends.neuron.stack --sdk R install | record | lock` (make install-neuron, make
+lock-neuron)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .installed import format_record, installed_record
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qwen3_pilot.neuron_stack",
+    parser = argparse.ArgumentParser(prog="python -m qwen3_pilot.backends.neuron.stack",
                                      description=PACKAGE_DOC.split("\n\n")[0])
     parser.add_argument("--sdk", required=True, help=f"the release ({SDK_FOLDER}/<release>.toml; config neuron.sdk)")
     sub = parser.add_subparsers(dest="command", required=True)
