@@ -235,6 +235,23 @@ def test_seq_len_rule_problem_when_the_installed_kernel_does_not_enforce_it():
         "128 rows per logical core (128 x LNC 2)) but did not raise"]
 
 
+def test_the_rule_check_runs_the_kernel_on_the_backends_device():
+    """On a trn2 the installed kernel takes device tensors: the module and its inputs go to the stage's device."""
+    seen = []
+
+    def kernel(q, k, cos, sin, backward):
+        seen.append((q.device.type, cos.device.type))
+        check_seq_len(q.shape[2], 2)
+        return q, k
+
+    rope_kernel.use_rope_op(kernel)
+    try:
+        check = seq_len_rule_check(NEURON_ROPE_RULE, device="meta")
+    finally:
+        rope_kernel.use_rope_op(rope_kernel.rope_hf)
+    assert check["verdict"] == "pass" and seen == [("meta", "meta"), ("meta", "meta")]
+
+
 def test_a_backend_without_a_kernel_rule_has_nothing_to_check():
     check = seq_len_rule_check(cpu_backend.kernel_limits(default_config()).get("rope_hf"))
     assert check == {"applies": False, "verdict": "pass"} and seq_len_rule_problems(check) == []

@@ -81,7 +81,7 @@ def _measure(config: dict[str, Any], log: Callable[[str], None]) -> dict[str, An
     log(f"rope: {len(rope_rows)} rows, largest diff per dtype {largest_per_dtype(rope_rows)}")
     moe_rows = moe_numerics(moe_cfg["shapes"], moe_cfg["dtypes"], device=device)
     log(f"moe: {len(moe_rows)} rows, largest diff per dtype {largest_per_dtype(moe_rows)}")
-    rule = seq_len_rule_check(config["kernel_limits"].get("rope_hf"))
+    rule = seq_len_rule_check(config["kernel_limits"].get("rope_hf"), device)
     log(f"rope_hf's sequence rule: {rule['verdict']} ({rule['bad']['error']})" if rule["applies"]
         else "rope_hf's sequence rule: none on this backend")
     trained = replaced_model_trains(train, log=log, device=device)

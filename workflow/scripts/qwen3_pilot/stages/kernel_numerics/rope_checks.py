@@ -80,16 +80,16 @@ def _rope_forward_backward(rope, q, k, grad_q, grad_k):
     return q_out.detach(), k_out.detach(), q.grad, k.grad
 
 
-def seq_len_rule_check(rule: dict[str, Any] | None) -> dict[str, Any]:
-    """The backend's sequence rule for rope_hf (its `kernel_limits`) firing through the installed kernel: the RoPE
-    module at a conforming length must pass, at `rule["bad_seq_len"]` it must raise before any launch. A backend
-    whose kernel takes every length (cpu) has no rule to check."""
+def seq_len_rule_check(rule: dict[str, Any] | None, device: str = "cpu") -> dict[str, Any]:
+    """The backend's sequence rule for rope_hf (its `kernel_limits`) firing through the installed kernel on `device`:
+    the RoPE module at a conforming length must pass, at `rule["bad_seq_len"]` it must raise before any launch. A
+    backend whose kernel takes every length (cpu) has no rule to check."""
     if rule is None:
         return {"applies": False, "verdict": "pass"}
     outcomes = {}
     for label, seq_len in (("good", rule["seq_multiple"]), ("bad", rule["bad_seq_len"])):
         try:
-            _rope_at(seq_len)
+            _rope_at(seq_len, device)
             outcomes[label] = {"seq_len": seq_len, "raised": False, "error": None}
         except ValueError as error:  # the rule's own error is one (backends/neuron/kernel_limits.py)
             outcomes[label] = {"seq_len": seq_len, "raised": True, "error": str(error)}
@@ -98,15 +98,15 @@ def seq_len_rule_check(rule: dict[str, Any] | None) -> dict[str, Any]:
             "verdict": "pass" if passed else "fail"}
 
 
-def _rope_at(seq_len: int) -> None:
+def _rope_at(seq_len: int, device: str) -> None:
     import torch
 
     from qwen3_pilot.titan.api_levels import rope_config
     from qwen3_pilot.titan.kernels.rope import HFLayoutRoPE
 
     head_dim = 8
-    rope = HFLayoutRoPE(rope_config(dim=head_dim, length=seq_len, config_class=HFLayoutRoPE.Config))
-    x = torch.zeros(1, seq_len, 1, head_dim)
+    rope = HFLayoutRoPE(rope_config(dim=head_dim, length=seq_len, config_class=HFLayoutRoPE.Config)).to(device)
+    x = torch.zeros(1, seq_len, 1, head_dim, device=device)
     rope(x, x)
 
 
