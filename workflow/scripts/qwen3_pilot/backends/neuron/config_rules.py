@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .kernel_limits import required_seq_multiple
+from .kernel_limits import NKI_ROPE_TILE, required_seq_multiple
 
 
 def expected_neuron_ranks(neuron: dict[str, Any]) -> int:
@@ -32,7 +32,7 @@ def config_problems(config: dict[str, Any]) -> list[str]:
     for key, seq_len in (("training.seq_len", training["seq_len"]),
                          ("fail_fast.seq_len", config["fail_fast"]["seq_len"])):
         if seq_len % multiple:
-            problems.append(f"{key} = {seq_len}: must be a multiple of 128 x neuron.lnc = {multiple} "
+            problems.append(f"{key} = {seq_len}: must be a multiple of {NKI_ROPE_TILE} x neuron.lnc = {multiple} "
                             "(the NKI RoPE kernel's tile)")
     if (neuron["cores_per_chip"] % lnc) != 0:
         problems.append(

@@ -33,11 +33,12 @@ def kernel_limits(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per kernel, the sequence length it takes (a multiple of `seq_multiple`) at the configured LNC and why, for
     kernel_numerics' check and the report."""
     lnc = config["neuron"]["lnc"]
+    multiple = required_seq_multiple(lnc)
     return {"rope_hf": {
-        "seq_multiple": required_seq_multiple(lnc),
+        "seq_multiple": multiple,
         # At LNC > 1 the telling bad case is a multiple of 128 that is not one of 128 x LNC: a check of the
         # tile alone would let it through.
-        "bad_seq_len": required_seq_multiple(lnc) + (NKI_ROPE_TILE if lnc > 1 else NKI_ROPE_TILE // 2),
+        "bad_seq_len": multiple + (NKI_ROPE_TILE if lnc > 1 else NKI_ROPE_TILE // 2),
         "why": f"the NKI rope_hf kernel tiles the sequence in blocks of {NKI_ROPE_TILE} rows per logical core "
                f"({NKI_ROPE_TILE} x LNC {lnc})",
     }}

@@ -46,10 +46,11 @@ def run(
     # This process uses the device itself, not through torchrun's ranks: it needs what they get from the
     # launcher (on neuron the compile caches under the project and the LNC) before the kernels load the runtime.
     apply_device_process_env(device_backend)
-    installed = backend_module(backend).install_kernels()
+    module = backend_module(backend)
+    installed = module.install_kernels()
     device = device_backend.device_type
     cache_dir = str(cache_root / "torchinductor")
-    config = {**settings, "kernel_limits": backend_module(backend).kernel_limits(backend_config), "device": device,
+    config = {**settings, "kernel_limits": module.kernel_limits(backend_config), "device": device,
               "compile": {**settings["compile"], "cache_dir": cache_dir}}
     figures = {**measure(config, log=log), "implementations": installed}
     record_measured(**figures)
